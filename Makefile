@@ -1,0 +1,147 @@
+# sparsebuf: plain Makefile, quiet by default (V=1 shows the commands).
+#
+#   make            library, tools, tests, benchmarks, demo
+#   make test       build and run every test
+#   make demo       build and run the demo
+#   make asan       tests under AddressSanitizer + UBSan (build-asan/)
+#   make tsan       tests under ThreadSanitizer (build-tsan/)
+#   make bench      run the benchmarks
+#   make install    PREFIX=/usr/local DESTDIR=
+#   make format     clang-format every source file
+
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCDIR ?= $(PREFIX)/include
+BINDIR ?= $(PREFIX)/bin
+SAN ?=
+ifeq ($(SAN),asan)
+BUILD ?= build-asan
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+else ifeq ($(SAN),tsan)
+BUILD ?= build-tsan
+SANFLAGS := -fsanitize=thread
+else
+BUILD ?= build
+SANFLAGS :=
+endif
+
+SOVERSION := 0
+VERSION := 0.1.0
+CC ?= cc
+OPT ?= -O2
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+CFLAGS_ALL := -std=gnu11 $(OPT) -g $(WARN) -D_GNU_SOURCE -fPIC $(SANFLAGS) $(CFLAGS)
+LIBS := -luring -lnuma -lpthread
+LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+LIB_SRC := $(wildcard lib/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_A := $(BUILD)/lib/libsparsebuf.a
+LIB_SO := $(BUILD)/lib/libsparsebuf.so.$(VERSION)
+TEST_SRC := $(wildcard tests/*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+TOOLS := $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sparsebuf-demo
+INC := -Ilib/include
+
+all: deps-check lib $(TOOLS) tests bench-bin
+
+lib: $(LIB_A) $(LIB_SO)
+tests: $(TEST_BIN)
+bench-bin: $(BENCH_BIN)
+
+$(BUILD)/obj/%.o: %.c $(wildcard lib/*.h lib/include/*.h tests/*.h)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -fvisibility=hidden -c -o $@ $<
+
+$(LIB_A): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@echo "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(LIB_SO): $(LIB_OBJ) lib/sparsebuf.map
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	$(Q)$(CC) -shared -Wl,-soname,libsparsebuf.so.$(SOVERSION) \
+		-Wl,--version-script=lib/sparsebuf.map $(LDFLAGS_ALL) -o $@ $(LIB_OBJ) $(LIBS)
+	$(Q)ln -sf libsparsebuf.so.$(VERSION) $(BUILD)/lib/libsparsebuf.so.$(SOVERSION)
+	$(Q)ln -sf libsparsebuf.so.$(SOVERSION) $(BUILD)/lib/libsparsebuf.so
+
+# Tests and tools link the static library: one binary per test, no
+# LD_LIBRARY_PATH, same under the sanitizers. test_shared links the .so.
+$(BUILD)/tests/test_shared: tests/test_shared.c $(LIB_SO) tests/harness.h
+	@mkdir -p $(dir $@)
+	@echo "  CCLD    $@"
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) -L$(BUILD)/lib \
+		-Wl,-rpath,$(abspath $(BUILD)/lib) -lsparsebuf -lpthread
+
+$(BUILD)/tests/%: tests/%.c $(LIB_A) tests/harness.h
+	@mkdir -p $(dir $@)
+	@echo "  CCLD    $@"
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Ilib -o $@ $< $(LDFLAGS_ALL) $(LIB_A) $(LIBS)
+
+$(BUILD)/bench/%: bench/%.c $(LIB_A) $(wildcard bench/*.h)
+	@mkdir -p $(dir $@)
+	@echo "  CCLD    $@"
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) $(LIB_A) $(LIBS) -lm
+
+$(BUILD)/bin/sparsebuf-info: tools/sparsebuf-info.c $(LIB_A)
+	@mkdir -p $(dir $@)
+	@echo "  CCLD    $@"
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) $(LIB_A) $(LIBS)
+
+$(BUILD)/bin/sparsebuf-demo: demo/demo.c $(LIB_A)
+	@mkdir -p $(dir $@)
+	@echo "  CCLD    $@"
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) $(LIB_A) $(LIBS)
+
+deps-check:
+	@scripts/deps.sh
+
+test: deps-check lib tests $(TOOLS)
+	@tests/run.sh $(BUILD)/tests
+
+demo: deps-check $(BUILD)/bin/sparsebuf-demo
+	@$(BUILD)/bin/sparsebuf-demo
+
+asan:
+	@$(MAKE) --no-print-directory SAN=asan test
+
+tsan:
+	@$(MAKE) --no-print-directory SAN=tsan test
+
+bench: deps-check bench-bin
+	@bench/run.sh $(BUILD)
+
+sparsebuf.pc: Makefile
+	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
+		'Name: sparsebuf' 'Description: placement-sparse buffers over userfaultfd' \
+		'Version: $(VERSION)' 'Libs: -L$${libdir} -lsparsebuf' \
+		'Libs.private: $(LIBS)' 'Cflags: -I$${includedir}' > $(BUILD)/sparsebuf.pc
+
+install: lib $(BUILD)/bin/sparsebuf-info sparsebuf.pc
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR)
+	install -m 644 lib/include/sparsebuf.h $(DESTDIR)$(INCDIR)/
+	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/
+	ln -sf libsparsebuf.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libsparsebuf.so.$(SOVERSION)
+	ln -sf libsparsebuf.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libsparsebuf.so
+	install -m 644 $(BUILD)/sparsebuf.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+	install -m 755 $(BUILD)/bin/sparsebuf-info $(DESTDIR)$(BINDIR)/
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build build-asan build-tsan
+
+.PHONY: all lib tests bench-bin deps-check test demo asan tsan bench install format clean sparsebuf.pc
+.SECONDARY:

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/* Helpers shared by the benchmarks: clocks, a spin of "unrelated
+ * computation", and a result table with ratios and targets. */
+#ifndef SPARSEBUF_BENCH_H
+#define SPARSEBUF_BENCH_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static inline double bench_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* About us microseconds of arithmetic that touches no memory: the rest of
+ * a decode step, which gives background work room to run. */
+static volatile double bench_sink;
+static inline void bench_compute(double us)
+{
+	double t0 = bench_now_us(), x = 1.0;
+
+	while (bench_now_us() - t0 < us)
+		for (int i = 0; i < 64; i++)
+			x = x * 1.0000001 + 1e-9;
+	bench_sink = x;
+}
+
+static inline int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static inline double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+#endif /* SPARSEBUF_BENCH_H */

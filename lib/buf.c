@@ -1,0 +1,566 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Sparse buffers: a reserved, page-aligned range of address space with a
+ * page table saying which pool page backs each buffer page. Explicit
+ * placement (map), release (unmap) and sharing live here; demand placement
+ * and copy-on-write live in fault.c. The page table and every change of the
+ * range's mappings are protected by buf->lock.
+ */
+#include "internal.h"
+#include "trace.h"
+#include "uffd_compat.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+
+/* A range of a buffer's pages that map one run of heap pages. */
+struct run {
+	size_t idx, n;
+	sbi_pid pid;
+};
+
+static int check_range(const struct sb_buf *buf, size_t off, size_t len)
+{
+	return off > buf->length || len > buf->length - off ? -ERANGE : 0;
+}
+
+static int check_buf(const struct sb_buf *buf)
+{
+	return buf ? sbi_pool_check(buf->pool) : -EINVAL;
+}
+
+static sbi_pid pte_pid(uint64_t pte)
+{
+	return (sbi_pid)(pte & SBI_PTE_PID);	/* pid + 1, or 0 */
+}
+
+static void count(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* ---- registry -------------------------------------------------------------- */
+
+static int reg_insert(struct sb_pool *pool, struct sb_buf *buf)
+{
+	size_t i;
+
+	if (pool->nreg == pool->reg_cap) {
+		size_t cap = pool->reg_cap ? 2 * pool->reg_cap : 16;
+		struct sbi_reg *r = realloc(pool->reg, cap * sizeof(*r));
+
+		if (!r)
+			return -ENOMEM;
+		pool->reg = r;
+		pool->reg_cap = cap;
+	}
+	for (i = pool->nreg; i > 0 && pool->reg[i - 1].start >
+					      (uintptr_t)buf->base; i--)
+		pool->reg[i] = pool->reg[i - 1];
+	pool->reg[i] = (struct sbi_reg){(uintptr_t)buf->base,
+					(uintptr_t)buf->base + buf->length,
+					buf};
+	pool->nreg++;
+	/* Ids are never 0 and unique among live buffers (run earmarks). */
+	do {
+		buf->id = pool->next_buf_id++;
+	} while (!buf->id);
+	return 0;
+}
+
+static void reg_remove(struct sb_pool *pool, struct sb_buf *buf)
+{
+	for (size_t i = 0; i < pool->nreg; i++) {
+		if (pool->reg[i].buf == buf) {
+			memmove(&pool->reg[i], &pool->reg[i + 1],
+				(pool->nreg - i - 1) * sizeof(pool->reg[0]));
+			pool->nreg--;
+			return;
+		}
+	}
+}
+
+/* ---- create / destroy ------------------------------------------------------- */
+
+static struct sb_buf *fail(int *err, int e)
+{
+	if (err)
+		*err = e;
+	return NULL;
+}
+
+/* Reserve len bytes aligned to align (a power of two >= 4 KiB). */
+static char *reserve(size_t len, size_t align)
+{
+	size_t slack = align - 4096;
+	char *p, *aligned;
+
+	if (len > SIZE_MAX - slack)
+		return NULL;
+	p = mmap(NULL, len + slack, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	aligned = (char *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
+	if (aligned > p)
+		munmap(p, (size_t)(aligned - p));
+	if (p + slack > aligned)
+		munmap(aligned + len, (size_t)(p + slack - aligned));
+	return aligned;
+}
+
+SB_API struct sb_buf *sb_buf_create(struct sb_pool *pool, size_t length,
+				    unsigned flags, int *err)
+{
+	struct sb_buf *buf;
+	size_t len;
+	int r;
+
+	if (!pool || !length || (flags & ~SB_BUF_STRICT))
+		return fail(err, -EINVAL);
+	if ((r = sbi_pool_check(pool)) < 0)
+		return fail(err, r);
+	if (length > SIZE_MAX - (pool->page_size - 1))
+		return fail(err, -ENOMEM);
+	len = (length + pool->page_size - 1) & ~(pool->page_size - 1);
+	buf = calloc(1, sizeof(*buf));
+	if (!buf)
+		return fail(err, -ENOMEM);
+	buf->pool = pool;
+	buf->length = len;
+	buf->npages = len >> pool->page_shift;
+	buf->flags = flags;
+	pthread_mutex_init(&buf->lock, NULL);
+	buf->pte = sbi_meta_alloc(buf->npages * sizeof(*buf->pte));
+	if (!buf->pte) {
+		r = -ENOMEM;
+		goto out_free;
+	}
+	pthread_rwlock_rdlock(&pool->layout);
+	buf->base = reserve(len, pool->page_size);
+	if (!buf->base) {
+		r = -ENOMEM;
+		goto out_unlock;
+	}
+	r = sbi_uffd_register(flags & SB_BUF_STRICT ? pool->uffd_sigbus
+						    : pool->uffd,
+			      buf->base, len, UFFDIO_REGISTER_MODE_MISSING);
+	if (r < 0) {
+		sbi_err("cannot register a buffer of %zu bytes: %s", len,
+			strerror(-r));
+		goto out_unmap;
+	}
+	pthread_rwlock_wrlock(&pool->reg_lock);
+	r = reg_insert(pool, buf);
+	pthread_rwlock_unlock(&pool->reg_lock);
+	if (r < 0)
+		goto out_unmap;
+	pthread_rwlock_unlock(&pool->layout);
+	return buf;
+out_unmap:
+	munmap(buf->base, len);
+out_unlock:
+	pthread_rwlock_unlock(&pool->layout);
+out_free:
+	sbi_meta_free(buf->pte, buf->npages * sizeof(*buf->pte));
+	pthread_mutex_destroy(&buf->lock);
+	free(buf);
+	return fail(err, r);
+}
+
+/* Collect the page references of [first, end) into pids (page-table form)
+ * and clear those entries. Returns how many pages were placed. */
+static size_t take_ptes(struct sb_buf *buf, size_t first, size_t end,
+			sbi_pid *pids)
+{
+	size_t placed = 0;
+
+	for (size_t i = first; i < end; i++) {
+		pids[i - first] = pte_pid(buf->pte[i]);
+		placed += pids[i - first] != 0;
+		buf->pte[i] = 0;
+	}
+	buf->nplaced -= placed;
+	return placed;
+}
+
+SB_API void sb_buf_destroy(struct sb_buf *buf)
+{
+	struct sb_pool *pool;
+	struct uffdio_range range;
+	size_t released = 0;
+
+	if (check_buf(buf) < 0)
+		return;
+	pool = buf->pool;
+	pthread_rwlock_rdlock(&pool->layout);
+	/* After this the handler no longer finds the buffer; a handler busy
+	 * with one of its faults holds reg_lock, so we wait for it here. */
+	pthread_rwlock_wrlock(&pool->reg_lock);
+	reg_remove(pool, buf);
+	pthread_rwlock_unlock(&pool->reg_lock);
+
+	pthread_mutex_lock(&buf->lock);
+	munmap(buf->base, buf->length);
+	/* Threads stopped on a fault here would wait forever: wake them to
+	 * fault again on the now unmapped range. */
+	range = (struct uffdio_range){(uintptr_t)buf->base, buf->length};
+	ioctl(pool->uffd, UFFDIO_WAKE, &range);
+	if (buf->nplaced) {
+		/* Release in batches: a page table can be huge and sparse. */
+		sbi_pid batch[256];
+
+		for (size_t i = 0; i < buf->npages && buf->nplaced;
+		     i += 256) {
+			size_t end = i + 256 < buf->npages ? i + 256
+							   : buf->npages;
+
+			released += take_ptes(buf, i, end, batch);
+			sbi_pool_put(pool, batch, end - i);
+		}
+	}
+	pthread_mutex_lock(&pool->lock);
+	sbi_pool_drop_run(pool, buf);
+	pthread_mutex_unlock(&pool->lock);
+	pthread_mutex_unlock(&buf->lock);
+	pthread_rwlock_unlock(&pool->layout);
+
+	count(&pool->n_unmaps, released);
+	sbi_meta_free(buf->pte, buf->npages * sizeof(*buf->pte));
+	pthread_mutex_destroy(&buf->lock);
+	free(buf);
+}
+
+SB_API void *sb_buf_addr(const struct sb_buf *buf)
+{
+	return buf ? buf->base : NULL;
+}
+
+SB_API size_t sb_buf_length(const struct sb_buf *buf)
+{
+	return buf ? buf->length : 0;
+}
+
+SB_API struct sb_pool *sb_buf_pool(const struct sb_buf *buf)
+{
+	return buf ? buf->pool : NULL;
+}
+
+/* ---- map ---------------------------------------------------------------------- */
+
+/* Split the unplaced pages of [first, end) into runs over pids (in page
+ * order): a run ends where the buffer or the heap pages stop being
+ * consecutive. Returns the number of runs. */
+static size_t make_runs(const struct sb_buf *buf, size_t first, size_t end,
+			const sbi_pid *pids, struct run *runs)
+{
+	const struct sb_pool *pool = buf->pool;
+	size_t nruns = 0, k = 0;
+
+	for (size_t i = first; i < end;) {
+		size_t n = 1;
+
+		if (pte_pid(buf->pte[i])) {
+			i++;
+			continue;
+		}
+		while (i + n < end && !pte_pid(buf->pte[i + n]) &&
+		       pids[k + n] == pids[k] + n &&
+		       pids[k + n] % pool->pages_per_heap != 0)
+			n++;
+		runs[nruns++] = (struct run){i, n, pids[k]};
+		i += n;
+		k += n;
+	}
+	return nruns;
+}
+
+SB_API long sb_buf_map(struct sb_buf *buf, size_t off, size_t len)
+{
+	struct sb_pool *pool;
+	size_t first, end, n = 0, k = 0, nruns, done = 0;
+	struct run *runs = NULL;
+	sbi_pid *pids = NULL;
+	long r;
+
+	if ((r = check_buf(buf)) < 0)
+		return r;
+	if ((r = check_range(buf, off, len)) < 0 || !len)
+		return r;
+	pool = buf->pool;
+	first = off >> pool->page_shift;
+	end = ((off + len - 1) >> pool->page_shift) + 1;
+
+	pthread_rwlock_rdlock(&pool->layout);
+	pthread_mutex_lock(&buf->lock);
+	for (size_t i = first; i < end; i++)
+		n += !pte_pid(buf->pte[i]);
+	if (!n)
+		goto out;
+	pids = malloc(n * sizeof(*pids));
+	runs = malloc(n * sizeof(*runs));
+	if (!pids || !runs) {
+		r = -ENOMEM;
+		goto out;
+	}
+	/* Allocate each stretch of unplaced pages after the page before it,
+	 * so the new pages continue that page's heap run. */
+	for (size_t i = first; i < end;) {
+		size_t j = i;
+
+		if (pte_pid(buf->pte[i])) {
+			i++;
+			continue;
+		}
+		while (j < end && !pte_pid(buf->pte[j]))
+			j++;
+		r = sbi_pool_alloc(pool, buf, i ? pte_pid(buf->pte[i - 1]) : 0,
+				   j - i, pids + k);
+		if (r < 0)
+			goto out_put;
+		k += j - i;
+		i = j;
+	}
+	nruns = make_runs(buf, first, end, pids, runs);
+	for (done = 0; done < nruns; done++) {
+		r = sbi_vma_place(buf, runs[done].idx, runs[done].n,
+				  runs[done].pid, false);
+		if (r < 0)
+			goto out_unplace;
+	}
+	for (size_t t = 0; t < nruns; t++)
+		for (size_t i = 0; i < runs[t].n; i++) {
+			buf->pte[runs[t].idx + i] = (uint64_t)runs[t].pid + i + 1;
+			SBI_TRACE_MAP(buf, runs[t].idx + i);
+		}
+	buf->nplaced += n;
+	count(&pool->n_maps, n);
+	r = (long)n;
+	goto out;
+out_unplace:
+	while (done--)
+		sbi_vma_unplace(buf, runs[done].idx, runs[done].n);
+out_put:
+	for (size_t i = 0; i < k; i++)
+		pids[i]++;	/* page-table form for sbi_pool_put */
+	sbi_pool_put(pool, pids, k);
+out:
+	pthread_mutex_unlock(&buf->lock);
+	pthread_rwlock_unlock(&pool->layout);
+	free(pids);
+	free(runs);
+	return r;
+}
+
+/* ---- unmap ---------------------------------------------------------------- */
+
+static bool occupied(uint64_t pte)
+{
+	return pte & (SBI_PTE_PID | SBI_PTE_POISON);
+}
+
+SB_API long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len)
+{
+	struct sb_pool *pool;
+	size_t first, end, released = 0;
+	sbi_pid batch[256];
+	long r;
+
+	if ((r = check_buf(buf)) < 0)
+		return r;
+	if ((r = check_range(buf, off, len)) < 0)
+		return r;
+	pool = buf->pool;
+	/* Only pages lying wholly inside the range. */
+	first = (off >> pool->page_shift) + !!(off & (pool->page_size - 1));
+	end = (off + len) >> pool->page_shift;
+	if (first >= end)
+		return 0;
+
+	pthread_rwlock_rdlock(&pool->layout);
+	pthread_mutex_lock(&buf->lock);
+	for (size_t i = first; i < end && r >= 0;) {
+		size_t j = i;
+
+		if (!occupied(buf->pte[i])) {
+			i++;
+			continue;
+		}
+		while (j < end && j - i < 256 && occupied(buf->pte[j]))
+			j++;
+		r = sbi_vma_unplace(buf, i, j - i);
+		if (r < 0)
+			break;
+		released += take_ptes(buf, i, j, batch);
+		for (size_t t = i; t < j; t++)
+			if (batch[t - i])
+				SBI_TRACE_UNMAP(buf, t);
+		sbi_pool_put(pool, batch, j - i);
+		i = j;
+	}
+	pthread_mutex_unlock(&buf->lock);
+	pthread_rwlock_unlock(&pool->layout);
+	count(&pool->n_unmaps, released);
+	return r < 0 ? r : (long)released;
+}
+
+SB_API long sb_buf_placed(const struct sb_buf *cbuf, size_t off, size_t len)
+{
+	struct sb_buf *buf = (struct sb_buf *)cbuf;	/* for its lock */
+	size_t first, end, n = 0;
+	long r;
+
+	if ((r = check_buf(buf)) < 0)
+		return r;
+	if ((r = check_range(buf, off, len)) < 0 || !len)
+		return r;
+	first = off >> buf->pool->page_shift;
+	end = ((off + len - 1) >> buf->pool->page_shift) + 1;
+	pthread_mutex_lock(&buf->lock);
+	for (size_t i = first; i < end; i++)
+		n += pte_pid(buf->pte[i]) != 0;
+	pthread_mutex_unlock(&buf->lock);
+	return (long)n;
+}
+
+/* ---- share ------------------------------------------------------------------ */
+
+/* Write-protect the placed, not yet protected pages of src's [s0, s0+n) so
+ * that their first write copies. */
+static int protect_src(struct sb_buf *src, size_t s0, size_t n)
+{
+	struct sb_pool *pool = src->pool;
+	int r = 0;
+
+	for (size_t i = s0; i < s0 + n && r == 0;) {
+		uint64_t pte = src->pte[i];
+		size_t j = i + 1;
+
+		if (!pte_pid(pte) || (pte & SBI_PTE_SHARED)) {
+			i++;
+			continue;
+		}
+		if (pte & SBI_PTE_WPFAIL) {
+			/* Its mapping belongs to the SIGBUS uffd: map it
+			 * afresh before protecting it through ours. */
+			r = sbi_vma_place(src, i, 1, pte_pid(pte) - 1, false);
+		} else {
+			while (j < s0 + n && pte_pid(src->pte[j]) &&
+			       !(src->pte[j] & (SBI_PTE_SHARED | SBI_PTE_WPFAIL)))
+				j++;
+		}
+		if (r == 0)
+			r = sbi_vma_protect(src, i, j - i, pool->uffd);
+		if (r == 0)
+			for (size_t t = i; t < j; t++)
+				src->pte[t] = (src->pte[t] & ~SBI_PTE_WPFAIL) |
+					      SBI_PTE_SHARED;
+		i = j;
+	}
+	return r;
+}
+
+/* Make dst's [d0, d0+n) show snap[] (page-table form, already referenced
+ * for dst). Returns 0 or -errno; entries done so far stay consistent. */
+static int install_dst(struct sb_buf *dst, size_t d0, size_t n,
+		       sbi_pid *snap, size_t *released)
+{
+	struct sb_pool *pool = dst->pool;
+	sbi_pid old[256];
+
+	for (size_t k = 0; k < n;) {
+		size_t run = 1;
+		int r;
+
+		if (snap[k]) {
+			while (k + run < n && run < 256 &&
+			       snap[k + run] == snap[k] + run &&
+			       (snap[k + run] - 1) % pool->pages_per_heap)
+				run++;
+			r = sbi_vma_place_shared(dst, d0 + k, run,
+						 snap[k] - 1);
+		} else {
+			while (k + run < n && run < 256 && !snap[k + run])
+				run++;
+			r = sbi_vma_unplace(dst, d0 + k, run);
+		}
+		if (r < 0) {
+			/* Drop the references meant for pages not done. */
+			sbi_pool_put(pool, snap + k, n - k);
+			return r;
+		}
+		*released += take_ptes(dst, d0 + k, d0 + k + run, old);
+		for (size_t t = 0; t < run; t++) {
+			if (snap[k + t]) {
+				dst->pte[d0 + k + t] =
+					snap[k + t] | SBI_PTE_SHARED;
+				dst->nplaced++;
+			}
+		}
+		sbi_pool_put(pool, old, run);
+		k += run;
+	}
+	return 0;
+}
+
+SB_API long sb_buf_share(struct sb_buf *dst, size_t dst_off,
+			 struct sb_buf *src, size_t src_off, size_t len)
+{
+	struct sb_pool *pool;
+	struct sb_buf *first, *second;
+	size_t n, d0, s0, shared = 0, released = 0;
+	sbi_pid *snap;
+	long r;
+
+	if ((r = check_buf(dst)) < 0 || (r = check_buf(src)) < 0)
+		return r;
+	pool = dst->pool;
+	if (src->pool != pool)
+		return -EXDEV;
+	if ((dst_off | src_off) & (pool->page_size - 1))
+		return -EINVAL;
+	if (!len)
+		return 0;
+	if (len > SIZE_MAX - (pool->page_size - 1))
+		return -ERANGE;
+	len = (len + pool->page_size - 1) & ~(pool->page_size - 1);
+	if (check_range(dst, dst_off, len) < 0 ||
+	    check_range(src, src_off, len) < 0)
+		return -ERANGE;
+	if (!pool->can_wp)
+		return -EOPNOTSUPP;	/* no copy-on-write on this kernel */
+	n = len >> pool->page_shift;
+	d0 = dst_off >> pool->page_shift;
+	s0 = src_off >> pool->page_shift;
+	snap = malloc(n * sizeof(*snap));
+	if (!snap)
+		return -ENOMEM;
+
+	first = dst->id < src->id ? dst : src;
+	second = first == dst ? src : dst;
+	pthread_rwlock_rdlock(&pool->layout);
+	pthread_mutex_lock(&first->lock);
+	if (second != first)
+		pthread_mutex_lock(&second->lock);
+	/* Protect the source first: from here on a write through it copies,
+	 * so nothing it writes can show through dst. */
+	r = protect_src(src, s0, n);
+	if (r == 0) {
+		for (size_t k = 0; k < n; k++) {
+			snap[k] = pte_pid(src->pte[s0 + k]);
+			shared += snap[k] != 0;
+		}
+		sbi_pool_ref(pool, snap, n);
+		r = install_dst(dst, d0, n, snap, &released);
+	}
+	if (second != first)
+		pthread_mutex_unlock(&second->lock);
+	pthread_mutex_unlock(&first->lock);
+	pthread_rwlock_unlock(&pool->layout);
+	free(snap);
+	count(&pool->n_unmaps, released);
+	return r < 0 ? r : (long)shared;
+}

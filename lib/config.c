@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The SPARSEBUF_* environment, read once by an ELF constructor so that a
+ * program only has to link the library. The constructor parses and
+ * validates; it commits no memory and starts no thread (the default pool is
+ * created on first use). A bad value is reported here, on stderr, and
+ * surfaces as -EINVAL at the first call that needs the pool.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static struct sb_pool_opts env_opts = {
+	.page_size = 256 << 10,
+	.heap_size = 64 << 20,
+	.max_bytes = 0,
+	.numa_node = -1,
+};
+static int env_error;
+
+int sbi_parse_size(const char *s, size_t *out)
+{
+	unsigned long long v = 0, mult = 1;
+	const char *p = s;
+
+	if (!s || !*s)
+		return -EINVAL;
+	while (*p == ' ')
+		p++;
+	if (*p < '0' || *p > '9')
+		return -EINVAL;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		if (v > (~0ull - 9) / 10)
+			return -ERANGE;
+		v = v * 10 + (unsigned long long)(*p - '0');
+	}
+	switch (*p) {
+	case 'k': case 'K': mult = 1ull << 10; p++; break;
+	case 'm': case 'M': mult = 1ull << 20; p++; break;
+	case 'g': case 'G': mult = 1ull << 30; p++; break;
+	case 't': case 'T': mult = 1ull << 40; p++; break;
+	default: break;
+	}
+	if (mult > 1 && (*p == 'i' || *p == 'I'))
+		p++;
+	if (*p == 'b' || *p == 'B')
+		p++;
+	while (*p == ' ')
+		p++;
+	if (*p)
+		return -EINVAL;
+	if (v > (unsigned long long)SIZE_MAX / mult)
+		return -ERANGE;
+	*out = (size_t)(v * mult);
+	return 0;
+}
+
+static void env_size(const char *name, size_t *field)
+{
+	const char *s = getenv(name);
+	size_t v;
+	int r;
+
+	if (!s)
+		return;
+	r = sbi_parse_size(s, &v);
+	if (r < 0) {
+		sbi_err("%s=\"%s\" is not a size (expected e.g. 256K, 64M, 2G)"
+			"; pools created from the environment will fail with "
+			"EINVAL", name, s);
+		if (!env_error)
+			env_error = -EINVAL;
+		return;
+	}
+	*field = v;
+}
+
+static void env_log(void)
+{
+	static const char *const names[] = {"none", "error", "warn", "info",
+					    "debug"};
+	const char *s = getenv("SPARSEBUF_LOG");
+	char *end;
+	long v;
+
+	if (!s || !*s)
+		return;
+	for (int i = 0; i < 5; i++) {
+		if (!strcasecmp(s, names[i])) {
+			sbi_log_level = i;
+			return;
+		}
+	}
+	if (!strcasecmp(s, "warning")) {
+		sbi_log_level = SBI_LOG_WARN;
+		return;
+	}
+	v = strtol(s, &end, 10);
+	if (*end || v < 0 || v > 4) {
+		sbi_err("SPARSEBUF_LOG=\"%s\": expected none, error, warn, info,"
+			" debug or 0-4; keeping warn", s);
+		return;
+	}
+	sbi_log_level = (int)v;
+}
+
+static void env_numa(void)
+{
+	const char *s = getenv("SPARSEBUF_NUMA_NODE");
+	char *end;
+	long v;
+
+	if (!s || !*s)
+		return;
+	v = strtol(s, &end, 10);
+	if (*end || v < -1 || v > 4095) {
+		sbi_err("SPARSEBUF_NUMA_NODE=\"%s\": expected a node number or "
+			"-1; pools created from the environment will fail with "
+			"EINVAL", s);
+		if (!env_error)
+			env_error = -EINVAL;
+		return;
+	}
+	env_opts.numa_node = (int)v;
+}
+
+static int env_fault_threads = 4;
+
+static void env_threads(void)
+{
+	const char *s = getenv("SPARSEBUF_FAULT_THREADS");
+	char *end;
+	long v;
+
+	if (!s || !*s)
+		return;
+	v = strtol(s, &end, 10);
+	if (*end || v < 0 || v > 1024) {
+		sbi_err("SPARSEBUF_FAULT_THREADS=\"%s\": expected 0 (one per "
+			"CPU) to 1024; keeping %d", s, env_fault_threads);
+		return;
+	}
+	env_fault_threads = (int)v;
+}
+
+int sbi_env_fault_threads(void)
+{
+	return env_fault_threads;
+}
+
+__attribute__((constructor)) static void sparsebuf_init_env(void)
+{
+	env_log();
+	env_size("SPARSEBUF_PAGE_SIZE", &env_opts.page_size);
+	env_size("SPARSEBUF_HEAP_SIZE", &env_opts.heap_size);
+	env_size("SPARSEBUF_MAX_BYTES", &env_opts.max_bytes);
+	env_numa();
+	env_threads();
+	if (!env_error) {
+		const char *why = sbi_opts_check(&env_opts);
+
+		if (why) {
+			sbi_err("SPARSEBUF_* settings rejected: %s; pools "
+				"created from the environment will fail with "
+				"EINVAL", why);
+			env_error = -EINVAL;
+		}
+	}
+}
+
+void sbi_env_opts(struct sb_pool_opts *opts)
+{
+	*opts = env_opts;
+	/* Poison the page size so the error surfaces at sb_pool_create. */
+	if (env_error)
+		opts->page_size = 0;
+}
+
+const char *sbi_opts_check(const struct sb_pool_opts *o)
+{
+	if (o->page_size < SBI_MIN_PAGE)
+		return "page size below 4 KiB";
+	if (o->page_size & (o->page_size - 1))
+		return "page size not a power of two";
+	if (o->heap_size < o->page_size)
+		return "heap size smaller than the page size";
+	if (o->heap_size % o->page_size)
+		return "heap size not a multiple of the page size";
+	if (o->heap_size / o->page_size > SBI_MAX_HEAP_PAGES)
+		return "heap holds more than 4M pages";
+	if (o->numa_node < -1)
+		return "NUMA node below -1";
+	return NULL;
+}
+
+int sbi_env_error(void)
+{
+	return env_error;
+}

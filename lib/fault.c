@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The fault-handler thread: the GPU MMU's part. It reads fault messages
+ * from the pool's userfaultfd and, for each:
+ *
+ *   missing page (a touch of an unplaced page of a non-strict buffer)
+ *     1. look the address up in the registry (reg_lock, read);
+ *     2. lock the buffer; if a racing map or fault placed the page
+ *        meanwhile, just wake the thread;
+ *     3. take a ready page from the pool, continuing the buffer's heap run;
+ *     4. map it over the page (MAP_FIXED | MAP_POPULATE) and wake.
+ *     If the budget (or memory) says no, poison the page: the thread gets
+ *     SIGBUS, never a hang and never a silent zero page.
+ *
+ *   write-protect fault (the first write to a shared page)
+ *     if other buffers still hold the page, copy it into a new pool page
+ *     (through the heaps' own mappings, never the registered range) and
+ *     map the copy; if this buffer is the last holder, just lift the
+ *     protection. If no page can be had, writes to it raise SIGBUS.
+ *
+ * The thread touches no registered memory and takes only locks that a
+ * thread stopped on a fault cannot hold (see internal.h). Strict buffers
+ * are registered with the SIGBUS uffd and never reach this thread.
+ */
+#include "internal.h"
+#include "trace.h"
+#include "uffd_compat.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <string.h>
+#include <unistd.h>
+
+static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
+			    size_t idx)
+{
+	uint64_t *pte = &buf->pte[idx];
+	sbi_pid hint = idx ? (sbi_pid)(pte[-1] & SBI_PTE_PID) : 0;
+	sbi_pid pid;
+	int r;
+
+	if (*pte & SBI_PTE_PID) {
+		sbi_vma_wake(buf, idx);	/* lost a race: already placed */
+		return;
+	}
+	r = sbi_pool_alloc(pool, buf, hint, 1, &pid);
+	if (r == 0) {
+		r = sbi_vma_place(buf, idx, 1, pid, false);
+		if (r < 0)
+			sbi_pool_put(pool, &(sbi_pid){pid + 1}, 1);
+	}
+	if (r < 0) {
+		sbi_debug("fault at page %zu of buffer %u: %s: SIGBUS", idx,
+			  buf->id, strerror(-r));
+		if (sbi_vma_poison(buf, idx) == 0)
+			*pte |= SBI_PTE_POISON;
+		atomic_fetch_add_explicit(&pool->n_sigbus, 1,
+					  memory_order_relaxed);
+		return;
+	}
+	*pte = (uint64_t)pid + 1;
+	buf->nplaced++;
+	atomic_fetch_add_explicit(&pool->n_fault_places, 1,
+				  memory_order_relaxed);
+	sbi_vma_wake(buf, idx);
+}
+
+static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
+{
+	uint64_t *pte = &buf->pte[idx];
+	sbi_pid old, pid;
+	int r;
+
+	if (!(*pte & SBI_PTE_PID) || !(*pte & SBI_PTE_SHARED)) {
+		sbi_vma_wake(buf, idx);	/* stale: already resolved */
+		return;
+	}
+	old = (sbi_pid)(*pte & SBI_PTE_PID) - 1;
+	if (sbi_pool_refs(pool, old) == 1) {
+		/* The other holders let go: the page is ours alone. */
+		if (sbi_vma_unprotect(buf, idx, 1) == 0) {
+			*pte &= ~SBI_PTE_SHARED;
+			return;
+		}
+	}
+	/* Continue the buffer's own run if the previous page is private. */
+	r = sbi_pool_alloc(pool, buf,
+			   idx && !(pte[-1] & SBI_PTE_SHARED)
+				   ? (sbi_pid)(pte[-1] & SBI_PTE_PID)
+				   : 0,
+			   1, &pid);
+	if (r == 0) {
+		memcpy(sbi_pid_mem(pool, pid), sbi_pid_mem(pool, old),
+		       pool->page_size);
+
+		r = sbi_vma_place(buf, idx, 1, pid, false);
+		if (r < 0)
+			sbi_pool_put(pool, &(sbi_pid){pid + 1}, 1);
+	}
+	if (r < 0) {
+		sbi_debug("copy-on-write of page %zu of buffer %u: %s: SIGBUS",
+			  idx, buf->id, strerror(-r));
+		if (sbi_vma_wpfail(buf, idx, old) == 0)
+			*pte = (*pte & ~SBI_PTE_SHARED) | SBI_PTE_WPFAIL;
+		atomic_fetch_add_explicit(&pool->n_sigbus, 1,
+					  memory_order_relaxed);
+		return;
+	}
+	*pte = (uint64_t)pid + 1;
+	sbi_pool_put(pool, &(sbi_pid){old + 1}, 1);
+	atomic_fetch_add_explicit(&pool->n_cow, 1, memory_order_relaxed);
+	SBI_TRACE_COW(buf, idx);
+	sbi_vma_wake(buf, idx);
+}
+
+static void service(struct sb_pool *pool, const struct uffd_msg *msg)
+{
+	uintptr_t addr = (uintptr_t)msg->arg.pagefault.address;
+	uint64_t flags = msg->arg.pagefault.flags;
+	struct sb_buf *buf;
+
+	pthread_rwlock_rdlock(&pool->layout);
+	pthread_rwlock_rdlock(&pool->reg_lock);
+	buf = sbi_pool_lookup(pool, addr);
+	if (!buf) {
+		/* The buffer was destroyed meanwhile: let the thread fault
+		 * again on whatever is there now. */
+		struct uffdio_range range = {
+			.start = addr & ~(uintptr_t)(pool->page_size - 1),
+			.len = pool->page_size,
+		};
+
+		ioctl(pool->uffd, UFFDIO_WAKE, &range);
+	} else {
+		size_t idx = (addr - (uintptr_t)buf->base) >> pool->page_shift;
+
+		pthread_mutex_lock(&buf->lock);
+		if (flags & UFFD_PAGEFAULT_FLAG_WP)
+			service_wp(pool, buf, idx);
+		else
+			service_missing(pool, buf, idx);
+		pthread_mutex_unlock(&buf->lock);
+	}
+	pthread_rwlock_unlock(&pool->reg_lock);
+	pthread_rwlock_unlock(&pool->layout);
+	atomic_fetch_add_explicit(&pool->n_faults, 1, memory_order_relaxed);
+	SBI_TRACE_FAULT(buf, addr, flags);
+}
+
+/* Never leave: a handler that exits leaves faulting threads hung. */
+static void backoff(const char *what)
+{
+	sbi_err("fault thread: %s: %s; retrying", what, strerror(errno));
+	usleep(10000);
+}
+
+void *sbi_fault_thread(void *arg)
+{
+	struct sbi_fault_thread *self = arg;
+	struct sb_pool *pool = self->pool;
+	struct pollfd pfd[2] = {
+		{.fd = pool->uffd, .events = POLLIN},
+		{.fd = pool->quit_fd, .events = POLLIN},
+	};
+	struct uffd_msg msgs[32];
+
+	for (;;) {
+		ssize_t n;
+
+		if (poll(pfd, 2, -1) < 0) {
+			if (errno != EINTR)
+				backoff("poll");
+			continue;
+		}
+		if (pfd[1].revents)
+			break;
+		n = read(pool->uffd, msgs, sizeof(msgs));
+		if (n < 0) {
+			if (errno != EAGAIN && errno != EINTR)
+				backoff("read");
+			continue;
+		}
+		for (size_t i = 0; i < (size_t)n / sizeof(msgs[0]); i++) {
+			switch (msgs[i].event) {
+			case UFFD_EVENT_PAGEFAULT:
+				service(pool, &msgs[i]);
+				break;
+			default:
+				/* No non-cooperative event is enabled. */
+				sbi_warn("unexpected userfaultfd event %u",
+					 msgs[i].event);
+				break;
+			}
+		}
+	}
+	return NULL;
+}
+
+/* CPUs this process may run on, in order, at most max (0 = all). */
+static int allowed_cpus(int *cpus, int max)
+{
+	cpu_set_t set;
+	int n = 0;
+
+	if (sched_getaffinity(0, sizeof(set), &set) < 0)
+		return 0;
+	for (int c = 0; c < CPU_SETSIZE && (max == 0 || n < max); c++)
+		if (CPU_ISSET(c, &set))
+			cpus[n++] = c;
+	return n;
+}
+
+int sbi_fault_start(struct sb_pool *pool)
+{
+	int cpus[CPU_SETSIZE];
+	int n, r = 0;
+
+	n = allowed_cpus(cpus, sbi_env_fault_threads());
+	if (n < 1) {
+		n = 1;
+		cpus[0] = -1;
+	}
+	pool->faulters = calloc((size_t)n, sizeof(*pool->faulters));
+	if (!pool->faulters)
+		return -ENOMEM;
+	for (pool->nfault = 0; pool->nfault < n; pool->nfault++) {
+		struct sbi_fault_thread *t = &pool->faulters[pool->nfault];
+		pthread_attr_t attr;
+		cpu_set_t one;
+		char name[16];
+
+		t->pool = pool;
+		t->cpu = n > 1 ? cpus[pool->nfault] : -1;
+		pthread_attr_init(&attr);
+		if (t->cpu >= 0) {
+			CPU_ZERO(&one);
+			CPU_SET(t->cpu, &one);
+			pthread_attr_setaffinity_np(&attr, sizeof(one), &one);
+		}
+		r = -pthread_create(&t->thread, &attr, sbi_fault_thread, t);
+		pthread_attr_destroy(&attr);
+		if (r < 0)
+			break;
+		snprintf(name, sizeof(name), "sb-fault/%d", t->cpu);
+		pthread_setname_np(t->thread, name);
+	}
+	if (r < 0) {
+		sbi_fault_stop(pool);
+		return r;
+	}
+	return 0;
+}
+
+void sbi_fault_stop(struct sb_pool *pool)
+{
+	uint64_t one = 1;
+
+	if (!pool->faulters)
+		return;
+	/* The eventfd stays readable: every handler sees it and leaves. */
+	if (write(pool->quit_fd, &one, sizeof(one)) < 0)
+		abort();
+	for (int i = 0; i < pool->nfault; i++)
+		pthread_join(pool->faulters[i].thread, NULL);
+	free(pool->faulters);
+	pool->faulters = NULL;
+	pool->nfault = 0;
+}

@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sparsebuf: placement-sparse buffers for CPU LLM inference on Linux.
+ *
+ * A buffer is a huge range of virtual address space that costs no physical
+ * memory until pages are placed in it. Pages come from a pool of placement
+ * heaps (memfd files). Placing is explicit (sb_buf_map) or happens on first
+ * touch, where a userfaultfd handler thread plays the GPU MMU's part. Pages
+ * can be shared between buffers with copy-on-write (sb_buf_share).
+ *
+ * Conventions: functions returning int or long return a value >= 0 on
+ * success and -errno on failure; errno is never the channel. Constructors
+ * return NULL and store -errno in *err when err is not NULL. Every function
+ * is thread-safe. See docs/api.md for one section per function.
+ */
+#ifndef SPARSEBUF_H
+#define SPARSEBUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SPARSEBUF_VERSION_MAJOR 0
+#define SPARSEBUF_VERSION_MINOR 1
+#define SPARSEBUF_VERSION_PATCH 0
+
+/* ---- Pools of placement heaps ------------------------------------------ */
+
+struct sb_pool_opts {
+	size_t page_size;	/* bytes per page */
+	size_t heap_size;	/* bytes per heap, a multiple of page_size */
+	size_t max_bytes;	/* physical budget; 0 = unlimited */
+	int numa_node;		/* -1 = no binding */
+};
+
+/* Fill *opts with the defaults (256 KiB pages, 64 MiB heaps, no budget, no
+ * NUMA binding), then apply the SPARSEBUF_* environment variables. When a
+ * variable is bad, page_size is left 0 so that sb_pool_create reports
+ * -EINVAL; the library's constructor has already logged why. */
+void sb_pool_opts_init(struct sb_pool_opts *opts);
+
+/* Create a pool. Starts its fault-handler and ready-page threads; commits no
+ * memory until pages are placed. Errors: -EINVAL (bad options), -ENOSYS or
+ * -EPERM (userfaultfd unavailable: sparsebuf-info says why), -ENOMEM,
+ * -EMFILE. */
+struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts, int *err);
+
+/* Destroy a pool and every buffer still alive in it (their addresses become
+ * invalid). NULL is a no-op. */
+void sb_pool_destroy(struct sb_pool *pool);
+
+/* The process-wide pool configured by SPARSEBUF_* variables, created on the
+ * first call. NULL if initialisation failed; sb_default_pool_error() says
+ * why. A fork()ed child gets a fresh default pool of its own. */
+struct sb_pool *sb_default_pool(void);
+
+/* 0 if the default pool is (or can be) created, else the -errno that made
+ * it fail (bad SPARSEBUF_* value, userfaultfd unavailable, ...). */
+int sb_default_pool_error(void);
+
+struct sb_stats {
+	size_t page_size;
+	size_t heaps;		/* heaps allocated now */
+	size_t pages_used;	/* pages holding data; a shared page counts once */
+	size_t bytes_resident;	/* physical bytes the pool holds now */
+	size_t max_bytes;
+	uint64_t faults;	/* faults serviced */
+	uint64_t maps;		/* pages placed by sb_buf_map */
+	uint64_t unmaps;	/* pages released */
+	uint64_t cow_copies;	/* copy-on-write copies */
+	/* Additions beyond the core contract. */
+	size_t pages_ready;	/* zeroed pages kept ready (in bytes_resident) */
+	uint64_t fault_places;	/* pages placed by faults (zero-fill) */
+	uint64_t sigbus;	/* faults answered with SIGBUS (budget, I/O) */
+	uint64_t sync_prepares;	/* pages the caller had to zero or allocate
+				 * itself because no ready page was at hand */
+};
+
+/* Snapshot of the pool's accounting. */
+int sb_pool_stats(struct sb_pool *pool, struct sb_stats *st);
+
+/* Give back what the pool holds without using it: the ready reserve and
+ * every heap with no page in use. Returns the number of bytes released. */
+long sb_pool_trim(struct sb_pool *pool);
+
+/* ---- Sparse buffers ----------------------------------------------------- */
+
+#define SB_BUF_STRICT	(1u << 0)	/* unplaced touch -> SIGBUS */
+
+/* Reserve length bytes (rounded up to whole pages; terabytes are fine) of
+ * address space aligned to the pool's page size. No physical memory is
+ * committed. Errors: -EINVAL (NULL pool, zero length, unknown flag),
+ * -ENOMEM (no address space). */
+struct sb_buf *sb_buf_create(struct sb_pool *pool, size_t length,
+			     unsigned flags, int *err);
+
+/* Release every page of the buffer and its address range. NULL is a no-op.
+ * Threads blocked on a fault in the buffer are woken and fault again on an
+ * unmapped address (SIGSEGV): destroying a buffer in use is a bug. */
+void sb_buf_destroy(struct sb_buf *buf);
+
+void *sb_buf_addr(const struct sb_buf *buf);
+size_t sb_buf_length(const struct sb_buf *buf);
+struct sb_pool *sb_buf_pool(const struct sb_buf *buf);
+
+/* Place a page under every page of [off, off+len) that has none. Returns
+ * the number of pages newly placed. All or nothing: -ENOMEM (budget or
+ * memory) and any other error leave the buffer unchanged. -ERANGE when the
+ * range reaches past the end. */
+long sb_buf_map(struct sb_buf *buf, size_t off, size_t len);
+
+/* Release the pages lying wholly inside [off, off+len). Returns how many
+ * were released. Their contents are gone: a later touch sees zeros (SIGBUS
+ * for a strict buffer). Also clears pages poisoned by a failed fault. */
+long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len);
+
+/* Make [dst_off, dst_off+len) of dst show the physical pages of
+ * [src_off, src_off+len) of src (dst may be src). Offsets must be
+ * page-aligned (-EINVAL); len is rounded up to whole pages. Whatever dst had
+ * there is released; unplaced source pages leave dst unplaced. The first
+ * write through either side gives the writer a private copy (counted in
+ * cow_copies). Returns the number of pages shared. -EXDEV when the buffers
+ * belong to different pools. */
+long sb_buf_share(struct sb_buf *dst, size_t dst_off, struct sb_buf *src,
+		  size_t src_off, size_t len);
+
+/* Number of pages of [off, off+len) (every page intersecting it) that have
+ * a page placed. */
+long sb_buf_placed(const struct sb_buf *buf, size_t off, size_t len);
+
+/* ---- What this kernel allows -------------------------------------------- */
+
+enum sb_uffd_mode {
+	SB_UFFD_NONE = 0,	/* userfaultfd unavailable: see uffd_error */
+	SB_UFFD_SYSCALL,	/* userfaultfd(2), kernel faults trapped too */
+	SB_UFFD_USER_ONLY,	/* userfaultfd(UFFD_USER_MODE_ONLY) */
+	SB_UFFD_DEVICE,		/* /dev/userfaultfd */
+};
+
+struct sb_features {
+	enum sb_uffd_mode uffd_mode;
+	int uffd_error;		/* -errno of the last attempt when NONE */
+	uint64_t uffd_features;	/* UFFDIO_API feature bits of this kernel */
+	uint64_t uffd_ioctls;	/* ioctls allowed on a registered range */
+	int wp_shmem;		/* write-protect on shmem: copy-on-write */
+	int poison;		/* UFFDIO_POISON: SIGBUS on a chosen page */
+	int io_uring;		/* 1 if io_uring_setup works, else -errno */
+	int numa_nodes;		/* configured NUMA nodes (0: libnuma says no) */
+	long max_map_count;	/* vm.max_map_count */
+	long map_count;		/* mappings this process has now */
+	char kernel[64];	/* uname release */
+};
+
+/* Probe once per process (cached); map_count is read fresh on each call. */
+int sb_features_get(struct sb_features *f);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPARSEBUF_H */

@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What this kernel allows, probed once per process: how a userfaultfd can be
+ * opened (syscall, user-mode-only, /dev/userfaultfd), its feature bits and
+ * range ioctls, write-protect on shmem, poison, io_uring, NUMA nodes and
+ * the mapping limit. Pools open their userfaultfds through sbi_uffd_open so
+ * that they use the same route the probe found.
+ */
+#include "internal.h"
+#include "uffd_compat.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <numa.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#ifndef __NR_io_uring_setup
+#define __NR_io_uring_setup 425
+#endif
+
+static struct sb_features features;
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+
+static int uffd_raw(enum sb_uffd_mode mode)
+{
+	int fd, dev, flags = O_CLOEXEC | O_NONBLOCK;
+
+	switch (mode) {
+	case SB_UFFD_SYSCALL:
+		fd = (int)syscall(SYS_userfaultfd, flags);
+		return fd < 0 ? -errno : fd;
+	case SB_UFFD_USER_ONLY:
+		fd = (int)syscall(SYS_userfaultfd, flags | UFFD_USER_MODE_ONLY);
+		return fd < 0 ? -errno : fd;
+	case SB_UFFD_DEVICE:
+		dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+		if (dev < 0)
+			return -errno;
+		fd = ioctl(dev, USERFAULTFD_IOC_NEW, flags);
+		fd = fd < 0 ? -errno : fd;
+		close(dev);
+		return fd;
+	default:
+		return -ENOSYS;
+	}
+}
+
+int sbi_uffd_open(uint64_t want)
+{
+	const struct sb_features *f = sbi_features();
+	struct uffdio_api api = {.api = UFFD_API};
+	int fd;
+
+	if (f->uffd_mode == SB_UFFD_NONE)
+		return f->uffd_error ? f->uffd_error : -ENOSYS;
+	fd = uffd_raw(f->uffd_mode);
+	if (fd < 0)
+		return fd;
+	api.features = want & f->uffd_features;
+	if (ioctl(fd, UFFDIO_API, &api) < 0) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+/* Register a scratch mapping to learn the range ioctls and whether shmem
+ * can be write-protected (needed for copy-on-write). */
+static void probe_ioctls(void)
+{
+	struct uffdio_api api = {.api = UFFD_API};
+	struct uffdio_register reg;
+	size_t len = 4096;
+	void *p;
+	int fd, mfd;
+
+	fd = uffd_raw(features.uffd_mode);
+	if (fd < 0)
+		return;
+	api.features = features.uffd_features &
+		       (UFFD_FEATURE_WP_HUGETLBFS_SHMEM |
+			UFFD_FEATURE_PAGEFAULT_FLAG_WP);
+	if (ioctl(fd, UFFDIO_API, &api) < 0)
+		goto out;
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p != MAP_FAILED) {
+		reg = (struct uffdio_register){
+			.range = {.start = (uintptr_t)p, .len = len},
+			.mode = UFFDIO_REGISTER_MODE_MISSING |
+				UFFDIO_REGISTER_MODE_WP};
+		if (ioctl(fd, UFFDIO_REGISTER, &reg) < 0) {
+			reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+			reg.ioctls = 0;
+			if (ioctl(fd, UFFDIO_REGISTER, &reg) < 0)
+				reg.ioctls = 0;
+		}
+		features.uffd_ioctls = reg.ioctls;
+		munmap(p, len);
+	}
+	mfd = memfd_create("sparsebuf-probe", MFD_CLOEXEC);
+	if (mfd >= 0 && ftruncate(mfd, (off_t)len) == 0) {
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+		if (p != MAP_FAILED) {
+			reg = (struct uffdio_register){
+				.range = {.start = (uintptr_t)p, .len = len},
+				.mode = UFFDIO_REGISTER_MODE_WP};
+			features.wp_shmem =
+				ioctl(fd, UFFDIO_REGISTER, &reg) == 0 &&
+				(reg.ioctls &
+				 (1ull << _UFFDIO_WRITEPROTECT));
+			munmap(p, len);
+		}
+	}
+	if (mfd >= 0)
+		close(mfd);
+out:
+	close(fd);
+}
+
+static void probe_uffd(void)
+{
+	static const enum sb_uffd_mode order[] = {
+		SB_UFFD_SYSCALL, SB_UFFD_USER_ONLY, SB_UFFD_DEVICE};
+	struct uffdio_api api = {.api = UFFD_API};
+	int fd = -ENOSYS;
+
+	for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+		fd = uffd_raw(order[i]);
+		if (fd >= 0) {
+			features.uffd_mode = order[i];
+			break;
+		}
+		/* Keep the most telling error: EPERM beats ENOENT. */
+		if (features.uffd_error != -EPERM)
+			features.uffd_error = fd;
+	}
+	if (fd < 0)
+		return;
+	if (ioctl(fd, UFFDIO_API, &api) < 0) {
+		features.uffd_error = -errno;
+		features.uffd_mode = SB_UFFD_NONE;
+		close(fd);
+		return;
+	}
+	close(fd);
+	features.uffd_error = 0;
+	features.uffd_features = api.features;
+	features.poison = !!(api.features & UFFD_FEATURE_POISON);
+	probe_ioctls();
+}
+
+static void probe_io_uring(void)
+{
+	/* struct io_uring_params is 120 bytes; the kernel fills it in. */
+	unsigned char params[120] = {0};
+	long fd = syscall(__NR_io_uring_setup, 1, params);
+
+	if (fd < 0) {
+		features.io_uring = -errno;
+		return;
+	}
+	close((int)fd);
+	features.io_uring = 1;
+}
+
+static long read_long(const char *path)
+{
+	char buf[64];
+	long v = -1;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n > 0) {
+		buf[n] = 0;
+		sscanf(buf, "%ld", &v);
+	}
+	return v;
+}
+
+long sbi_map_count(void)
+{
+	char buf[65536];
+	long lines = 0;
+	ssize_t n;
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		for (ssize_t i = 0; i < n; i++)
+			lines += buf[i] == '\n';
+	close(fd);
+	return lines;
+}
+
+static void probe(void)
+{
+	struct utsname u;
+
+	probe_uffd();
+	probe_io_uring();
+	features.numa_nodes =
+		numa_available() < 0 ? 0 : numa_num_configured_nodes();
+	features.max_map_count = read_long("/proc/sys/vm/max_map_count");
+	if (uname(&u) == 0) {
+		strncpy(features.kernel, u.release,
+			sizeof(features.kernel) - 1);
+		features.kernel[sizeof(features.kernel) - 1] = 0;
+	}
+}
+
+const struct sb_features *sbi_features(void)
+{
+	pthread_once(&probe_once, probe);
+	return &features;
+}
+
+SB_API int sb_features_get(struct sb_features *f)
+{
+	if (!f)
+		return -EINVAL;
+	*f = *sbi_features();
+	f->map_count = sbi_map_count();
+	return 0;
+}

@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Per-process state: the list of pools, fork() handling and the default
+ * pool.
+ *
+ * fork(): a child must not see its parent's buffers. Placed pages are
+ * MAP_SHARED heap pages, so an inherited mapping would let the child write
+ * into the parent's data, and unplaced ranges lose their userfaultfd
+ * registration in a child, so its touches would get silent zero pages. The
+ * prepare handler therefore marks every buffer range MADV_DONTFORK (with
+ * each pool's layout lock held for writing, so no placement races it), the
+ * parent handler undoes the marks (they would stop new placements from
+ * merging with old ones), and the child handler closes the pools'
+ * descriptors and bumps sbi_fork_gen: calls on a parent's pool then return
+ * -ECHILD, and sb_default_pool() builds a fresh pool for the child.
+ * posix_spawn() and vfork() share the parent's memory and run none of this.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+_Atomic unsigned sbi_fork_gen;
+
+static pthread_mutex_t default_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sb_pool *pools;		/* pools_lock */
+static struct sb_pool *default_pool;	/* default_lock */
+static int default_err;			/* default_lock */
+static unsigned default_gen = ~0u;	/* default_lock */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+int sbi_pool_check(const struct sb_pool *pool)
+{
+	return pool->fork_gen ==
+			       atomic_load_explicit(&sbi_fork_gen,
+						    memory_order_relaxed)
+		       ? 0
+		       : -ECHILD;
+}
+
+static void mark_buffers(struct sb_pool *pool, int advice)
+{
+	pthread_rwlock_rdlock(&pool->reg_lock);
+	for (size_t i = 0; i < pool->nreg; i++)
+		madvise((void *)pool->reg[i].start,
+			pool->reg[i].end - pool->reg[i].start, advice);
+	pthread_rwlock_unlock(&pool->reg_lock);
+}
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&default_lock);
+	pthread_mutex_lock(&pools_lock);
+	for (struct sb_pool *p = pools; p; p = p->next_pool) {
+		pthread_rwlock_wrlock(&p->layout);
+		mark_buffers(p, MADV_DONTFORK);
+	}
+}
+
+static void fork_parent(void)
+{
+	for (struct sb_pool *p = pools; p; p = p->next_pool) {
+		mark_buffers(p, MADV_DOFORK);
+		pthread_rwlock_unlock(&p->layout);
+	}
+	pthread_mutex_unlock(&pools_lock);
+	pthread_mutex_unlock(&default_lock);
+}
+
+static void fork_child(void)
+{
+	atomic_fetch_add(&sbi_fork_gen, 1);
+	/* Only this thread exists now, and the locks held by the parent's
+	 * other threads stay held forever: touch no lock of a pool. */
+	for (struct sb_pool *p = pools; p; p = p->next_pool) {
+		close(p->uffd);
+		close(p->uffd_sigbus);
+		close(p->quit_fd);
+		for (uint32_t s = 0; s < p->heap_hi; s++)
+			if (p->heaps[s])
+				close(p->heaps[s]->fd);
+	}
+	pools = NULL;
+	default_pool = NULL;
+	pthread_mutex_init(&pools_lock, NULL);
+	pthread_mutex_init(&default_lock, NULL);
+}
+
+static void install_atfork(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+void sbi_process_add_pool(struct sb_pool *pool)
+{
+	pthread_once(&atfork_once, install_atfork);
+	pthread_mutex_lock(&pools_lock);
+	pool->next_pool = pools;
+	pools = pool;
+	pthread_mutex_unlock(&pools_lock);
+}
+
+void sbi_process_remove_pool(struct sb_pool *pool)
+{
+	pthread_mutex_lock(&pools_lock);
+	for (struct sb_pool **pp = &pools; *pp; pp = &(*pp)->next_pool) {
+		if (*pp == pool) {
+			*pp = pool->next_pool;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&pools_lock);
+	pthread_mutex_lock(&default_lock);
+	if (default_pool == pool) {
+		default_pool = NULL;
+		default_gen = ~0u;	/* the next call builds a new one */
+	}
+	pthread_mutex_unlock(&default_lock);
+}
+
+SB_API void sb_pool_opts_init(struct sb_pool_opts *opts)
+{
+	if (opts)
+		sbi_env_opts(opts);
+}
+
+/* default_lock held. */
+static void make_default(void)
+{
+	struct sb_pool_opts opts;
+	int err = sbi_env_error();
+
+	default_gen = atomic_load(&sbi_fork_gen);
+	default_pool = NULL;
+	if (err) {
+		default_err = err;
+		return;
+	}
+	sbi_env_opts(&opts);
+	default_pool = sb_pool_create(&opts, &err);
+	default_err = default_pool ? 0 : err;
+	if (!default_pool)
+		sbi_err("the default pool is unavailable: %s", strerror(-err));
+}
+
+SB_API struct sb_pool *sb_default_pool(void)
+{
+	struct sb_pool *pool;
+
+	pthread_mutex_lock(&default_lock);
+	if (default_gen != atomic_load(&sbi_fork_gen))
+		make_default();
+	pool = default_pool;
+	pthread_mutex_unlock(&default_lock);
+	return pool;
+}
+
+SB_API int sb_default_pool_error(void)
+{
+	int err;
+
+	pthread_mutex_lock(&default_lock);
+	if (default_gen != atomic_load(&sbi_fork_gen))
+		make_default();
+	err = default_err;
+	pthread_mutex_unlock(&default_lock);
+	return err;
+}

@@ -1,0 +1,322 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The ready thread keeps a small reserve of zeroed, allocated heap pages so
+ * that placing a page costs the caller only the mapping, not allocation and
+ * zeroing (the kernel's own demand paging pays both on the faulting thread).
+ *
+ * What it does, in order of priority, never holding pool->lock while
+ * touching memory (the pages are BUSY meanwhile):
+ *   1. make ready the pages that allocations asked for next (the two pages
+ *      after each growing buffer's last one, so that growth continues on a
+ *      ready page and its mapping merges with the previous one): zero them
+ *      if they hold old data, else allocate and pre-fault them;
+ *   2. when a run was started or a heap is nearly full, make ready the
+ *      first page of the site where the next run will start (adding a heap
+ *      ahead if none has room), so the next new run does not wait either;
+ *   3. punch free backed pages beyond the reserve target, up to 64 at a
+ *      time (memory goes back to the system promptly after an unmap);
+ *   4. zero freed (dirty) pages into the reserve;
+ *   5. every 100 ms: shrink the target if no caller had to prepare a page
+ *      itself, and release empty heaps but one spare.
+ * The target grows by one page for every page a caller had to prepare
+ * (pool.c), between 1 MiB and 64 MiB worth of pages: the reserve follows
+ * the growth rate. It never takes the pool past its budget.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+enum work { W_NONE, W_BACK, W_ZERO, W_PUNCH };
+
+void sbi_ready_want(struct sb_pool *pool, sbi_pid p)
+{
+	uint32_t next = (pool->wanted_tail + 1) % pool->wanted_cap;
+
+	if (next == pool->wanted_head)
+		return;	/* full: a hint, not a promise */
+	pool->wanted[pool->wanted_tail] = p;
+	pool->wanted_tail = next;
+}
+
+static void set_busy(struct sb_pool *pool, struct sbi_heap *h, uint32_t i)
+{
+	switch (h->state[i]) {
+	case SBI_PG_READY:
+		h->nready--;
+		pool->ready--;
+		break;
+	case SBI_PG_DIRTY:
+		h->ndirty--;
+		pool->dirty--;
+		break;
+	default:	/* UNBACKED: about to be backed */
+		pool->resident++;
+		break;
+	}
+	h->state[i] = SBI_PG_BUSY;
+	h->nbusy++;
+}
+
+static void set_done(struct sb_pool *pool, struct sbi_heap *h, uint32_t i,
+		     enum sbi_page_state st)
+{
+	h->state[i] = (uint8_t)st;
+	h->nbusy--;
+	pool->busy_gen++;
+	if (st == SBI_PG_READY) {
+		h->nready++;
+		pool->ready++;
+	} else {	/* UNBACKED */
+		pool->resident--;
+	}
+	pthread_cond_broadcast(&pool->busy_cond);
+}
+
+/* First page in state st, skipping heaps whose counter says none. */
+static bool find_state(struct sb_pool *pool, enum sbi_page_state st,
+		       struct sbi_heap **hp, uint32_t *ip)
+{
+	for (uint32_t s = 0; s < pool->heap_hi; s++) {
+		struct sbi_heap *h = pool->heaps[s];
+
+		if (!h || !(st == SBI_PG_READY ? h->nready : h->ndirty))
+			continue;
+		for (uint32_t i = 0; i < h->npages; i++) {
+			if (h->state[i] == st) {
+				*hp = h, *ip = i;
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+/* Mark [i, i+n) BUSY; pool->lock held. */
+static void set_busy_run(struct sb_pool *pool, struct sbi_heap *h, uint32_t i,
+			 uint32_t n)
+{
+	for (uint32_t k = 0; k < n; k++)
+		set_busy(pool, h, i + k);
+}
+
+/* Work on a page the allocator asked for; W_NONE if it needs none. */
+static enum work want_work(struct sb_pool *pool, bool may_back,
+			   struct sbi_heap *h, uint32_t i)
+{
+	if (!h)
+		return W_NONE;
+	if (h->state[i] == SBI_PG_DIRTY)
+		return W_ZERO;	/* cheapest: the memory is there */
+	if (h->state[i] == SBI_PG_UNBACKED && may_back &&
+	    pool->resident < pool->max_pages)
+		return W_BACK;
+	return W_NONE;
+}
+
+/*
+ * Choose the next piece of work and mark its pages BUSY; pool->lock held.
+ * Latency first: pages that a growing buffer will need next; then memory
+ * back to the system; then the reserve.
+ */
+static enum work pick_work(struct sb_pool *pool, bool may_back,
+			   struct sbi_heap **hp, uint32_t *ip, uint32_t *np)
+{
+	enum work w = W_NONE;
+	size_t spare;
+
+	*np = 1;
+	if (pool->trimming)
+		return W_NONE;
+	while (pool->ready < pool->ready_target &&
+	       pool->wanted_head != pool->wanted_tail && w == W_NONE) {
+		sbi_pid p = pool->wanted[pool->wanted_head];
+		uint32_t slot = p / pool->pages_per_heap;
+
+		pool->wanted_head = (pool->wanted_head + 1) % pool->wanted_cap;
+		*hp = slot < pool->heap_hi ? pool->heaps[slot] : NULL;
+		*ip = sbi_pid_index(pool, p);
+		w = want_work(pool, may_back, *hp, *ip);
+	}
+	if (w == W_NONE && pool->ready < pool->ready_target &&
+	    pool->want_site) {
+		/* Ready the page where the next run will start (in a new
+		 * heap if none has room), so a new run does not wait. */
+		uint32_t len;
+		int err;
+
+		pool->want_site = false;
+		if (!sbi_pool_find_site(pool, sbi_run_pages(pool), hp, ip,
+					&len)) {
+			*hp = sbi_pool_add_heap(pool, &err);
+			*ip = 0;
+		}
+		w = want_work(pool, may_back, *hp, *ip);
+	}
+	spare = pool->ready + pool->dirty;
+	if (w == W_NONE && spare > pool->ready_target) {
+		/* Punch the excess, a stretch of dirty pages at a time. */
+		if (find_state(pool, SBI_PG_DIRTY, hp, ip) ||
+		    find_state(pool, SBI_PG_READY, hp, ip)) {
+			uint8_t st = (*hp)->state[*ip];
+			size_t max = spare - pool->ready_target;
+
+			while (*np < max && *np < 64 && *ip + *np < (*hp)->npages &&
+			       (*hp)->state[*ip + *np] == st)
+				(*np)++;
+			w = W_PUNCH;
+		}
+	} else if (w == W_NONE && pool->dirty &&
+		   pool->ready < pool->ready_target) {
+		if (find_state(pool, SBI_PG_DIRTY, hp, ip))
+			w = W_ZERO;
+	}
+	if (w != W_NONE)
+		set_busy_run(pool, *hp, *ip, *np);
+	return w;
+}
+
+size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready)
+{
+	bool kept = false;
+	size_t released = 0;
+
+	if (all_ready) {
+		/* Forget what was wanted, pause the ready thread and let it
+		 * finish the page in its hands. */
+		pool->wanted_head = pool->wanted_tail;
+		pool->ready_target = pool->ready_min;
+		pool->trimming++;
+		for (;;) {
+			uint32_t busy = 0;
+
+			for (uint32_t s = 0; s < pool->heap_hi; s++)
+				if (pool->heaps[s])
+					busy += pool->heaps[s]->nbusy;
+			if (!busy)
+				break;
+			pthread_cond_wait(&pool->busy_cond, &pool->lock);
+		}
+	}
+	for (uint32_t s = 0; s < pool->heap_hi; s++) {
+		struct sbi_heap *h = pool->heaps[s];
+		size_t backed;
+
+		if (!h || h->nused || h->nbusy)
+			continue;
+		if (keep_spare && !kept) {
+			kept = true;
+			continue;
+		}
+		backed = (size_t)h->nready + h->ndirty;
+		pool->resident -= backed;
+		pool->ready -= h->nready;
+		pool->dirty -= h->ndirty;
+		pool->heaps[s] = NULL;
+		pool->nheaps--;
+		while (pool->heap_hi && !pool->heaps[pool->heap_hi - 1])
+			pool->heap_hi--;
+		released += backed;
+		pthread_mutex_unlock(&pool->lock);
+		sbi_heap_destroy(h, pool->page_size);
+		pthread_mutex_lock(&pool->lock);
+	}
+	while (all_ready) {
+		struct sbi_heap *h;
+		uint32_t i;
+
+		if (!find_state(pool, SBI_PG_DIRTY, &h, &i) &&
+		    !find_state(pool, SBI_PG_READY, &h, &i))
+			break;
+		set_busy(pool, h, i);
+		pthread_mutex_unlock(&pool->lock);
+		sbi_heap_punch(h, i, 1, pool->page_size);
+		pthread_mutex_lock(&pool->lock);
+		set_done(pool, h, i, SBI_PG_UNBACKED);
+		released++;
+	}
+	if (all_ready)
+		pool->trimming--;
+	return released;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void tick(struct sb_pool *pool)
+{
+	if (!pool->misses && pool->ready_target > pool->ready_min) {
+		size_t step = (pool->ready_target - pool->ready_min) / 4;
+
+		pool->ready_target -= step ? step : 1;
+	}
+	pool->misses = 0;
+	sbi_ready_trim(pool, true, false);
+}
+
+void *sbi_ready_thread(void *arg)
+{
+	struct sb_pool *pool = arg;
+	uint64_t last_tick = now_ms(), no_back_until = 0;
+
+	pthread_mutex_lock(&pool->lock);
+	while (!pool->stopping) {
+		uint64_t now = now_ms();
+		struct sbi_heap *h;
+		uint32_t i, n;
+		enum work w;
+
+		if (now - last_tick >= 100) {
+			tick(pool);
+			last_tick = now;
+		}
+		w = pick_work(pool, now >= no_back_until, &h, &i, &n);
+		if (w == W_NONE) {
+			struct timespec ts;
+
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			ts.tv_nsec += 100 * 1000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pool->ready_idle = true;
+			pthread_cond_timedwait(&pool->ready_cond, &pool->lock,
+					       &ts);
+			pool->ready_idle = false;
+			continue;
+		}
+		pthread_mutex_unlock(&pool->lock);
+		switch (w) {
+		case W_BACK:
+			if (sbi_heap_back(h, i, 1, pool->page_size) < 0) {
+				/* Out of memory: stop reserving for a while;
+				 * allocations report the error themselves. */
+				pthread_mutex_lock(&pool->lock);
+				set_done(pool, h, i, SBI_PG_UNBACKED);
+				no_back_until = now_ms() + 1000;
+				continue;
+			}
+			sbi_heap_zero(h, i, 1, pool->page_size, true);
+			break;
+		case W_ZERO:
+			sbi_heap_zero(h, i, 1, pool->page_size, false);
+			break;
+		default:
+			sbi_heap_punch(h, i, n, pool->page_size);
+			break;
+		}
+		pthread_mutex_lock(&pool->lock);
+		for (uint32_t k = 0; k < n; k++)
+			set_done(pool, h, i + k,
+				 w == W_PUNCH ? SBI_PG_UNBACKED : SBI_PG_READY);
+	}
+	pthread_mutex_unlock(&pool->lock);
+	return NULL;
+}

@@ -1,0 +1,219 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The address-space operations on a buffer's range. Each replaces mappings
+ * with MAP_FIXED; the caller holds the buffer's lock and the pool's layout
+ * lock (read), and has already updated nothing: these only touch the kernel.
+ *
+ *   placed page     MAP_SHARED mapping of a heap page (merged into runs)
+ *   unplaced page   private anonymous memory registered MISSING with the
+ *                   pool's uffd (or its SIGBUS uffd for a strict buffer)
+ *   shared page     placed, registered WP with the pool's uffd and
+ *                   write-protected: the first write faults, and the
+ *                   handler copies
+ *   poisoned page   unplaced, and a touch raises SIGBUS (UFFDIO_POISON, or
+ *                   registration with the SIGBUS uffd where POISON is
+ *                   missing)
+ */
+#include "internal.h"
+#include "uffd_compat.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+
+static char *page_addr(const struct sb_buf *buf, size_t idx)
+{
+	return buf->base + (idx << buf->pool->page_shift);
+}
+
+static size_t pages_len(const struct sb_buf *buf, size_t n)
+{
+	return n << buf->pool->page_shift;
+}
+
+/* An mmap failure, explained: ENOMEM mostly means vm.max_map_count. */
+static int map_error(int e)
+{
+	static _Atomic int warned;
+
+	if (e == ENOMEM && !atomic_exchange(&warned, 1)) {
+		const struct sb_features *f = sbi_features();
+
+		sbi_err("mmap failed with ENOMEM: this process has %ld of "
+			"vm.max_map_count=%ld mappings; raise the sysctl or use "
+			"a larger page size",
+			sbi_map_count(), f->max_map_count);
+	}
+	return -e;
+}
+
+int sbi_uffd_register(int uffd, void *addr, size_t len, uint64_t mode)
+{
+	struct uffdio_register reg = {
+		.range = {.start = (uintptr_t)addr, .len = len},
+		.mode = mode,
+	};
+
+	return ioctl(uffd, UFFDIO_REGISTER, &reg) < 0 ? -errno : 0;
+}
+
+int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
+		  bool read_only)
+{
+	struct sb_pool *pool = buf->pool;
+	struct sbi_heap *h = sbi_pid_heap(pool, pid);
+	int prot = PROT_READ | (read_only ? 0 : PROT_WRITE);
+	void *p;
+
+	/* MAP_POPULATE: the heap page is already allocated and zeroed, so
+	 * this only fills page-table entries, and the caller's first touches
+	 * take no fault. */
+	p = mmap(page_addr(buf, idx), pages_len(buf, n), prot,
+		 MAP_SHARED | MAP_FIXED | MAP_POPULATE, h->fd,
+		 (off_t)((size_t)sbi_pid_index(pool, pid) << pool->page_shift));
+	return p == MAP_FAILED ? map_error(errno) : 0;
+}
+
+int sbi_vma_unplace(struct sb_buf *buf, size_t idx, size_t n)
+{
+	struct sb_pool *pool = buf->pool;
+	char *addr = page_addr(buf, idx);
+	size_t len = pages_len(buf, n);
+	int r;
+
+	if (mmap(addr, len, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
+		 0) == MAP_FAILED)
+		return map_error(errno);
+	r = sbi_uffd_register(buf->flags & SB_BUF_STRICT ? pool->uffd_sigbus
+							 : pool->uffd,
+			      addr, len, UFFDIO_REGISTER_MODE_MISSING);
+	if (r < 0) {
+		/* Unregistered anonymous memory would hand out silent zero
+		 * pages; make the range inaccessible instead. */
+		sbi_err("cannot register %zu bytes with userfaultfd: %s", len,
+			strerror(-r));
+		mprotect(addr, len, PROT_NONE);
+		return r;
+	}
+	/* A thread touching the range between the mmap and the registration
+	 * got a private zero page: drop it, so the next touch faults to us.
+	 * Its write raced with the unmap and is lost, as unmap promises. */
+	madvise(addr, len, MADV_DONTNEED);
+	return 0;
+}
+
+static int writeprotect(int uffd, void *addr, size_t len, bool on)
+{
+	struct uffdio_writeprotect wp = {
+		.range = {.start = (uintptr_t)addr, .len = len},
+		.mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0,
+	};
+
+	for (int tries = 0; tries < 1000; tries++) {
+		if (ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) == 0)
+			return 0;
+		if (errno != EAGAIN)
+			return -errno;
+	}
+	return -EAGAIN;
+}
+
+int sbi_vma_protect(struct sb_buf *buf, size_t idx, size_t n, int uffd)
+{
+	char *addr = page_addr(buf, idx);
+	size_t len = pages_len(buf, n);
+	int r;
+
+	r = sbi_uffd_register(uffd, addr, len, UFFDIO_REGISTER_MODE_WP);
+	if (r == 0)
+		r = writeprotect(uffd, addr, len, true);
+	return r;
+}
+
+int sbi_vma_unprotect(struct sb_buf *buf, size_t idx, size_t n)
+{
+	/* Also wakes the threads waiting on the write fault. */
+	return writeprotect(buf->pool->uffd, page_addr(buf, idx),
+			    pages_len(buf, n), false);
+}
+
+void sbi_vma_wake(struct sb_buf *buf, size_t idx)
+{
+	struct uffdio_range range = {
+		.start = (uintptr_t)page_addr(buf, idx),
+		.len = pages_len(buf, 1),
+	};
+
+	ioctl(buf->pool->uffd, UFFDIO_WAKE, &range);
+}
+
+int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
+			 sbi_pid pid)
+{
+	int r;
+
+	/* Read-only until write-protected: a racing write must never land
+	 * in a page that another buffer shows. */
+	r = sbi_vma_place(buf, idx, n, pid, true);
+	if (r == 0)
+		r = sbi_vma_protect(buf, idx, n, buf->pool->uffd);
+	if (r == 0 && mprotect(page_addr(buf, idx), pages_len(buf, n),
+			       PROT_READ | PROT_WRITE) < 0)
+		r = -errno;
+	return r;
+}
+
+int sbi_vma_poison(struct sb_buf *buf, size_t idx)
+{
+	struct sb_pool *pool = buf->pool;
+	char *addr = page_addr(buf, idx);
+	size_t len = pages_len(buf, 1);
+	int r;
+
+	if (pool->can_poison) {
+		for (int tries = 0; tries < 1000; tries++) {
+			struct uffdio_poison poison = {
+				.range = {.start = (uintptr_t)addr,
+					  .len = len},
+			};
+
+			if (ioctl(pool->uffd, UFFDIO_POISON, &poison) == 0)
+				return 0;
+			if (errno == EEXIST)	/* a stray zero page */
+				madvise(addr, len, MADV_DONTNEED);
+			else if (errno != EAGAIN)
+				break;
+		}
+	}
+	/* No POISON (before 6.6): hand the page to the SIGBUS uffd. */
+	if (mmap(addr, len, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
+		 0) == MAP_FAILED)
+		return map_error(errno);
+	r = sbi_uffd_register(pool->uffd_sigbus, addr, len,
+			      UFFDIO_REGISTER_MODE_MISSING);
+	if (r < 0)
+		mprotect(addr, len, PROT_NONE);
+	madvise(addr, len, MADV_DONTNEED);
+	sbi_vma_wake(buf, idx);
+	return r;
+}
+
+int sbi_vma_wpfail(struct sb_buf *buf, size_t idx, sbi_pid pid)
+{
+	int r;
+
+	/* A fresh read-only mapping of the same page, write-protected through
+	 * the SIGBUS uffd: reads still work, writes raise SIGBUS. */
+	r = sbi_vma_place(buf, idx, 1, pid, true);
+	if (r == 0)
+		r = sbi_vma_protect(buf, idx, 1, buf->pool->uffd_sigbus);
+	if (r == 0 && mprotect(page_addr(buf, idx), pages_len(buf, 1),
+			       PROT_READ | PROT_WRITE) < 0)
+		r = -errno;
+	sbi_vma_wake(buf, idx);
+	return r;
+}

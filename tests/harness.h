@@ -1,0 +1,283 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A tiny test harness. Each test is a program that exits 0 (pass), 1 (fail)
+ * or 77 (skip, with the reason printed). tests/run.sh runs each under a
+ * timeout and prints the summary.
+ *
+ * Child processes (SIGBUS, fork, environment cases) are this same program
+ * started again with "--child NAME": a fresh process, so sanitizers and
+ * threads behave, and a hang becomes a failed test after a timeout instead
+ * of a stalled CI run.
+ */
+#ifndef SPARSEBUF_TEST_HARNESS_H
+#define SPARSEBUF_TEST_HARNESS_H
+
+#include <errno.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sparsebuf.h"
+
+extern char **environ;
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+#define TiB ((size_t)1 << 40)
+
+#define FAIL(...)                                                            \
+	do {                                                                 \
+		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);              \
+		fprintf(stderr, __VA_ARGS__);                                \
+		fprintf(stderr, "\n");                                       \
+		exit(1);                                                     \
+	} while (0)
+
+#define CHECK(cond)                                                          \
+	do {                                                                 \
+		if (!(cond))                                                 \
+			FAIL("CHECK failed: %s", #cond);                     \
+	} while (0)
+
+#define CHECK_EQ(a, b)                                                       \
+	do {                                                                 \
+		long long a_ = (long long)(a), b_ = (long long)(b);          \
+		if (a_ != b_)                                                \
+			FAIL("CHECK_EQ failed: %s == %lld, %s == %lld", #a,  \
+			     a_, #b, b_);                                    \
+	} while (0)
+
+#define SKIP(...)                                                            \
+	do {                                                                 \
+		printf("SKIP: ");                                            \
+		printf(__VA_ARGS__);                                         \
+		printf("\n");                                                \
+		exit(77);                                                    \
+	} while (0)
+
+/* Exit status of a child that took SIGBUS at the expected address. */
+#define EXIT_GOT_SIGBUS 42
+#define EXIT_GOT_SIGSEGV 43
+
+static inline void require_uffd(void)
+{
+	struct sb_features f;
+
+	sb_features_get(&f);
+	if (f.uffd_mode == SB_UFFD_NONE)
+		SKIP("userfaultfd unavailable: %s", strerror(-f.uffd_error));
+}
+
+static inline void require_cow(void)
+{
+	struct sb_features f;
+
+	require_uffd();
+	sb_features_get(&f);
+	if (!f.wp_shmem)
+		SKIP("kernel %s cannot write-protect shmem (copy-on-write)",
+		     f.kernel);
+}
+
+static inline struct sb_pool *make_pool(size_t page, size_t heap,
+					size_t max)
+{
+	struct sb_pool_opts o;
+	struct sb_pool *p;
+	int err = 0;
+
+	sb_pool_opts_init(&o);
+	o.page_size = page;
+	o.heap_size = heap;
+	o.max_bytes = max;
+	o.numa_node = -1;
+	p = sb_pool_create(&o, &err);
+	if (!p)
+		FAIL("sb_pool_create(page %zu, heap %zu, max %zu): %s", page,
+		     heap, max, strerror(-err));
+	return p;
+}
+
+static inline struct sb_buf *make_buf(struct sb_pool *p, size_t len,
+				      unsigned flags)
+{
+	int err = 0;
+	struct sb_buf *b = sb_buf_create(p, len, flags, &err);
+
+	if (!b)
+		FAIL("sb_buf_create(%zu): %s", len, strerror(-err));
+	return b;
+}
+
+static inline struct sb_stats stats(struct sb_pool *p)
+{
+	struct sb_stats st;
+
+	if (sb_pool_stats(p, &st) < 0)
+		FAIL("sb_pool_stats failed");
+	return st;
+}
+
+static inline double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Wait (up to timeout_s) until cond holds; background work is async. */
+#define WAIT_FOR(cond, timeout_s)                                            \
+	do {                                                                 \
+		double t0_ = now_s();                                        \
+		while (!(cond) && now_s() - t0_ < (timeout_s))               \
+			usleep(1000);                                        \
+	} while (0)
+
+/* Lines of /proc/self/maps inside [lo, hi): mappings of a buffer. */
+static inline long maps_in(const void *lo, size_t len)
+{
+	uintptr_t a, b, l = (uintptr_t)lo, h = l + len;
+	char line[512];
+	long n = 0;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%lx-%lx", &a, &b) == 2 && a < h && b > l)
+			n++;
+	fclose(f);
+	return n;
+}
+
+static inline long maps_total(void)
+{
+	char line[512];
+	long n = 0;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		n++;
+	fclose(f);
+	return n;
+}
+
+static const char *self_exe;
+
+/* Run "self --child name" with extra environment entries (NULL-terminated
+ * list, may be NULL); return its wait status, or -1 on timeout (killed). */
+static inline int run_child_env(const char *name, char *const *env_extra,
+				double timeout_s, char *out, size_t outlen)
+{
+	char *argv[] = {(char *)self_exe, (char *)"--child", (char *)name,
+			NULL};
+	char *envp[512];
+	int n = 0, status = 0, pfd[2] = {-1, -1};
+	posix_spawn_file_actions_t fa;
+	pid_t pid;
+	double t0;
+
+	for (char **e = environ; *e && n < 400; e++)
+		envp[n++] = *e;
+	for (; env_extra && *env_extra && n < 510; env_extra++)
+		envp[n++] = *env_extra;
+	envp[n] = NULL;
+	posix_spawn_file_actions_init(&fa);
+	if (out) {
+		if (pipe(pfd) < 0)
+			FAIL("pipe");
+		posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
+		posix_spawn_file_actions_addclose(&fa, pfd[0]);
+	}
+	if (posix_spawn(&pid, self_exe, &fa, NULL, argv, envp) != 0)
+		FAIL("posix_spawn %s", self_exe);
+	posix_spawn_file_actions_destroy(&fa);
+	if (out) {
+		size_t got = 0;
+		ssize_t r;
+
+		close(pfd[1]);
+		while (got + 1 < outlen &&
+		       (r = read(pfd[0], out + got, outlen - got - 1)) > 0)
+			got += (size_t)r;
+		out[got] = 0;
+		close(pfd[0]);
+	}
+	t0 = now_s();
+	for (;;) {
+		pid_t w = waitpid(pid, &status, WNOHANG);
+
+		if (w == pid)
+			return status;
+		if (now_s() - t0 > timeout_s) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			fprintf(stderr, "child %s hung: killed after %.0f s\n",
+				name, timeout_s);
+			return -1;
+		}
+		usleep(2000);
+	}
+}
+
+static inline int run_child(const char *name)
+{
+	return run_child_env(name, NULL, 30, NULL, 0);
+}
+
+static inline int child_exit_code(int status)
+{
+	return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* In a child: turn SIGBUS at `expect` into exit code EXIT_GOT_SIGBUS, and
+ * any other SIGBUS/SIGSEGV into distinct failures. */
+static volatile uintptr_t expect_lo, expect_hi;
+
+static void on_signal(int sig, siginfo_t *si, void *ctx)
+{
+	uintptr_t a = (uintptr_t)si->si_addr;
+
+	(void)ctx;
+	if (a < expect_lo || a >= expect_hi)
+		_exit(sig == SIGBUS ? 50 : 51);
+	_exit(sig == SIGBUS ? EXIT_GOT_SIGBUS : EXIT_GOT_SIGSEGV);
+}
+
+static inline void expect_signal_at(const void *lo, size_t len)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_signal;
+	sa.sa_flags = SA_SIGINFO;
+	expect_lo = (uintptr_t)lo;
+	expect_hi = (uintptr_t)lo + len;
+	sigaction(SIGBUS, &sa, NULL);
+	sigaction(SIGSEGV, &sa, NULL);
+}
+
+/* Test programs define main_test() and child(); this dispatches. */
+static int main_test(void);
+static int child(const char *name);
+
+int main(int argc, char **argv)
+{
+	self_exe = "/proc/self/exe";
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc > 2 && !strcmp(argv[1], "--child"))
+		return child(argv[2]);
+	return main_test();
+}
+
+#endif /* SPARSEBUF_TEST_HARNESS_H */

@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sparsebuf-info: what this kernel allows and what sparsebuf would do with
+ * it, at a glance. Exit status 0 when pools can be created, 1 otherwise.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sparsebuf.h"
+
+/* Feature bits of UFFDIO_API, by name (kernel 6.18 knows all of these). */
+static const struct {
+	int bit;
+	const char *name;
+} uffd_bits[] = {
+	{0, "PAGEFAULT_FLAG_WP"}, {1, "EVENT_FORK"},
+	{2, "EVENT_REMAP"},	  {3, "EVENT_REMOVE"},
+	{4, "MISSING_HUGETLBFS"}, {5, "MISSING_SHMEM"},
+	{6, "EVENT_UNMAP"},	  {7, "SIGBUS"},
+	{8, "THREAD_ID"},	  {9, "MINOR_HUGETLBFS"},
+	{10, "MINOR_SHMEM"},	  {11, "EXACT_ADDRESS"},
+	{12, "WP_HUGETLBFS_SHMEM"}, {13, "WP_UNPOPULATED"},
+	{14, "POISON"},		  {15, "WP_ASYNC"},
+	{16, "MOVE"},
+};
+
+static const struct {
+	int bit;
+	const char *name;
+} ioctl_bits[] = {
+	{0, "REGISTER"}, {1, "UNREGISTER"}, {2, "WAKE"},     {3, "COPY"},
+	{4, "ZEROPAGE"}, {5, "MOVE"},	    {6, "WRITEPROTECT"},
+	{7, "CONTINUE"}, {8, "POISON"},	    {63, "API"},
+};
+
+static const char *mode_name(enum sb_uffd_mode m)
+{
+	switch (m) {
+	case SB_UFFD_SYSCALL:
+		return "userfaultfd(2), kernel-mode faults trapped too";
+	case SB_UFFD_USER_ONLY:
+		return "userfaultfd(UFFD_USER_MODE_ONLY): faults from system "
+		       "calls (read(2) into an unplaced page) are not trapped";
+	case SB_UFFD_DEVICE:
+		return "/dev/userfaultfd";
+	default:
+		return "unavailable";
+	}
+}
+
+static void why_unavailable(int err)
+{
+	printf("  why:            %s\n", strerror(-err));
+	if (err == -EPERM) {
+		printf("  fix:            vm.unprivileged_userfaultfd is 0 and "
+		       "this process lacks CAP_SYS_PTRACE, and cannot open "
+		       "/dev/userfaultfd; either\n"
+		       "                  sysctl vm.unprivileged_userfaultfd=1,"
+		       " or give this user read/write access to "
+		       "/dev/userfaultfd,\n"
+		       "                  or check for a seccomp filter "
+		       "(containers often block userfaultfd)\n");
+	} else if (err == -ENOSYS) {
+		printf("  fix:            the kernel was built without "
+		       "CONFIG_USERFAULTFD, or a seccomp filter hides it\n");
+	}
+}
+
+static void print_size(const char *label, size_t v)
+{
+	if (v == 0)
+		printf("%s unlimited\n", label);
+	else if (v % (1u << 30) == 0)
+		printf("%s %zu GiB\n", label, v >> 30);
+	else if (v % (1u << 20) == 0)
+		printf("%s %zu MiB\n", label, v >> 20);
+	else if (v % (1u << 10) == 0)
+		printf("%s %zu KiB\n", label, v >> 10);
+	else
+		printf("%s %zu bytes\n", label, v);
+}
+
+int main(void)
+{
+	struct sb_features f;
+	struct sb_pool_opts o;
+	int err, ok;
+
+	sb_features_get(&f);
+	printf("sparsebuf %d.%d.%d on Linux %s\n\n", SPARSEBUF_VERSION_MAJOR,
+	       SPARSEBUF_VERSION_MINOR, SPARSEBUF_VERSION_PATCH, f.kernel);
+
+	printf("userfaultfd:      %s\n", mode_name(f.uffd_mode));
+	if (f.uffd_mode == SB_UFFD_NONE) {
+		why_unavailable(f.uffd_error);
+	} else {
+		printf("  features:      ");
+		for (size_t i = 0; i < sizeof(uffd_bits) / sizeof(uffd_bits[0]);
+		     i++)
+			if (f.uffd_features & (1ull << uffd_bits[i].bit))
+				printf(" %s", uffd_bits[i].name);
+		printf("\n  range ioctls:   (anonymous range, MISSING|WP)\n"
+		       "                ");
+		for (size_t i = 0;
+		     i < sizeof(ioctl_bits) / sizeof(ioctl_bits[0]); i++)
+			if (f.uffd_ioctls & (1ull << ioctl_bits[i].bit))
+				printf(" %s", ioctl_bits[i].name);
+		printf("\n  copy-on-write:  %s\n",
+		       f.wp_shmem ? "yes (write-protect on shmem)"
+				  : "no: sb_buf_share returns EOPNOTSUPP");
+		printf("  SIGBUS on a failed fault: %s\n",
+		       f.poison ? "UFFDIO_POISON"
+				: "re-registration with a SIGBUS userfaultfd "
+				  "(no UFFDIO_POISON before 6.6)");
+	}
+	if (f.io_uring == 1)
+		printf("io_uring:         available\n");
+	else
+		printf("io_uring:         unavailable (%s)\n",
+		       strerror(-f.io_uring));
+	if (f.numa_nodes > 0)
+		printf("NUMA nodes:       %d\n", f.numa_nodes);
+	else
+		printf("NUMA nodes:       libnuma reports no NUMA support\n");
+	printf("mappings:         %ld of vm.max_map_count=%ld\n", f.map_count,
+	       f.max_map_count);
+
+	printf("\nconfiguration (defaults, then SPARSEBUF_*):\n");
+	sb_pool_opts_init(&o);
+	err = sb_default_pool_error();
+	if (o.page_size)
+		print_size("  page size:     ", o.page_size);
+	else
+		printf("  page size:      invalid (see the message above)\n");
+	print_size("  heap size:     ", o.heap_size);
+	print_size("  budget:        ", o.max_bytes);
+	if (o.numa_node < 0)
+		printf("  NUMA node:      none\n");
+	else
+		printf("  NUMA node:      %d\n", o.numa_node);
+	ok = err == 0;
+	printf("default pool:     %s%s\n", ok ? "ready" : "unavailable: ",
+	       ok ? "" : strerror(-err));
+	return ok ? 0 : 1;
+}
