@@ -49,9 +49,16 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 TOOLS := $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sparsebuf-demo
-INC := -Ilib/include
+INC := -Ilib/include -Ikernels/include
 
-all: deps-check lib $(TOOLS) tests bench-bin
+# Components in their own fragments add static libraries to EXTRA_A (linked
+# into tests, benchmarks and tools after libsparsebuf) and targets to
+# EXTRA_ALL.
+EXTRA_A :=
+EXTRA_ALL :=
+include kernels/kernels.mk
+
+all: deps-check lib $(TOOLS) tests bench-bin $(EXTRA_ALL)
 
 lib: $(LIB_A) $(LIB_SO)
 tests: $(TEST_BIN)
@@ -83,15 +90,15 @@ $(BUILD)/tests/test_shared: tests/test_shared.c $(LIB_SO) tests/harness.h
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) -L$(BUILD)/lib \
 		-Wl,-rpath,$(abspath $(BUILD)/lib) -lsparsebuf -lpthread
 
-$(BUILD)/tests/%: tests/%.c $(LIB_A) tests/harness.h
+$(BUILD)/tests/%: tests/%.c $(LIB_A) $(EXTRA_A) tests/harness.h
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
-	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Ilib -o $@ $< $(LDFLAGS_ALL) $(LIB_A) $(LIBS)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Ilib -o $@ $< $(LDFLAGS_ALL) $(EXTRA_A) $(LIB_A) $(LIBS) -lm
 
-$(BUILD)/bench/%: bench/%.c $(LIB_A) $(wildcard bench/*.h)
+$(BUILD)/bench/%: bench/%.c $(LIB_A) $(EXTRA_A) $(wildcard bench/*.h)
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
-	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) $(LIB_A) $(LIBS) -lm
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) $(EXTRA_A) $(LIB_A) $(LIBS) -lm
 
 $(BUILD)/bin/sparsebuf-info: tools/sparsebuf-info.c $(LIB_A)
 	@mkdir -p $(dir $@)
@@ -106,17 +113,21 @@ $(BUILD)/bin/sparsebuf-demo: demo/demo.c $(LIB_A)
 deps-check:
 	@scripts/deps.sh
 
-test: deps-check lib tests $(TOOLS)
+test: deps-check lib tests $(TOOLS) $(EXTRA_ALL)
 	@tests/run.sh $(BUILD)/tests
 
 demo: deps-check $(BUILD)/bin/sparsebuf-demo
 	@$(BUILD)/bin/sparsebuf-demo
 
+# fork() tests start threads in the child of a threaded parent, which
+# TSan refuses by default.
 asan:
-	@$(MAKE) --no-print-directory SAN=asan test
+	@ASAN_OPTIONS=$${ASAN_OPTIONS:-abort_on_error=0} \
+		$(MAKE) --no-print-directory SAN=asan test
 
 tsan:
-	@$(MAKE) --no-print-directory SAN=tsan test
+	@TSAN_OPTIONS=$${TSAN_OPTIONS:-die_after_fork=0} \
+		$(MAKE) --no-print-directory SAN=tsan test
 
 bench: deps-check bench-bin
 	@bench/run.sh $(BUILD)

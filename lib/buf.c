@@ -8,6 +8,7 @@
  */
 #include "internal.h"
 #include "trace.h"
+#include "tsan.h"
 #include "uffd_compat.h"
 
 #include <errno.h>
@@ -100,8 +101,10 @@ static char *reserve(size_t len, size_t align)
 
 	if (len > SIZE_MAX - slack)
 		return NULL;
+	SBI_MAP_BEGIN();	/* a terabyte of shadow to reset, not write */
 	p = mmap(NULL, len + slack, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	SBI_MAP_END();
 	if (p == MAP_FAILED)
 		return NULL;
 	aligned = (char *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
@@ -134,7 +137,7 @@ SB_API struct sb_buf *sb_buf_create(struct sb_pool *pool, size_t length,
 	buf->npages = len >> pool->page_shift;
 	buf->flags = flags;
 	pthread_mutex_init(&buf->lock, NULL);
-	buf->pte = sbi_meta_alloc(buf->npages * sizeof(*buf->pte));
+	buf->pte = sbi_meta_alloc(buf->npages * sizeof(*buf->pte), false);
 	if (!buf->pte) {
 		r = -ENOMEM;
 		goto out_free;
@@ -444,20 +447,23 @@ static int protect_src(struct sb_buf *src, size_t s0, size_t n)
 			continue;
 		}
 		if (pte & SBI_PTE_WPFAIL) {
-			/* Its mapping belongs to the SIGBUS uffd: map it
-			 * afresh before protecting it through ours. */
-			r = sbi_vma_place(src, i, 1, pte_pid(pte) - 1, false);
-		} else {
-			while (j < s0 + n && pte_pid(src->pte[j]) &&
-			       !(src->pte[j] & (SBI_PTE_SHARED | SBI_PTE_WPFAIL)))
-				j++;
+			/* Still shared, protected through the SIGBUS uffd:
+			 * map it afresh, protected through ours. */
+			r = sbi_vma_place_shared(src, i, 1, pte_pid(pte) - 1,
+						 pool->uffd);
+			if (r == 0)
+				src->pte[i] = (pte & ~SBI_PTE_WPFAIL) |
+					      SBI_PTE_SHARED;
+			i++;
+			continue;
 		}
-		if (r == 0)
-			r = sbi_vma_protect(src, i, j - i, pool->uffd);
+		while (j < s0 + n && pte_pid(src->pte[j]) &&
+		       !(src->pte[j] & (SBI_PTE_SHARED | SBI_PTE_WPFAIL)))
+			j++;
+		r = sbi_vma_protect(src, i, j - i, pool->uffd);
 		if (r == 0)
 			for (size_t t = i; t < j; t++)
-				src->pte[t] = (src->pte[t] & ~SBI_PTE_WPFAIL) |
-					      SBI_PTE_SHARED;
+				src->pte[t] |= SBI_PTE_SHARED;
 		i = j;
 	}
 	return r;
@@ -481,7 +487,7 @@ static int install_dst(struct sb_buf *dst, size_t d0, size_t n,
 			       (snap[k + run] - 1) % pool->pages_per_heap)
 				run++;
 			r = sbi_vma_place_shared(dst, d0 + k, run,
-						 snap[k] - 1);
+						 snap[k] - 1, pool->uffd);
 		} else {
 			while (k + run < n && run < 256 && !snap[k + run])
 				run++;
@@ -495,8 +501,9 @@ static int install_dst(struct sb_buf *dst, size_t d0, size_t n,
 		*released += take_ptes(dst, d0 + k, d0 + k + run, old);
 		for (size_t t = 0; t < run; t++) {
 			if (snap[k + t]) {
-				dst->pte[d0 + k + t] =
-					snap[k + t] | SBI_PTE_SHARED;
+				dst->pte[d0 + k + t] = snap[k + t] |
+						       SBI_PTE_SHARED |
+						       SBI_PTE_PRIVMAP;
 				dst->nplaced++;
 			}
 		}

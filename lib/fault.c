@@ -56,10 +56,11 @@ static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
 	if (r < 0) {
 		sbi_debug("fault at page %zu of buffer %u: %s: SIGBUS", idx,
 			  buf->id, strerror(-r));
-		if (sbi_vma_poison(buf, idx) == 0)
-			*pte |= SBI_PTE_POISON;
+		/* Count before the wake-up: the thread may look at once. */
 		atomic_fetch_add_explicit(&pool->n_sigbus, 1,
 					  memory_order_relaxed);
+		if (sbi_vma_poison(buf, idx) == 0)
+			*pte |= SBI_PTE_POISON;
 		return;
 	}
 	*pte = (uint64_t)pid + 1;
@@ -81,8 +82,16 @@ static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
 	}
 	old = (sbi_pid)(*pte & SBI_PTE_PID) - 1;
 	if (sbi_pool_refs(pool, old) == 1) {
-		/* The other holders let go: the page is ours alone. */
-		if (sbi_vma_unprotect(buf, idx, 1) == 0) {
+		/* The other holders let go: the page is ours alone. A private
+		 * mapping must become a shared one again, or the kernel would
+		 * copy on the next write, outside the pool. */
+		if (*pte & SBI_PTE_PRIVMAP) {
+			if (sbi_vma_place(buf, idx, 1, old, false) == 0) {
+				*pte &= ~(SBI_PTE_SHARED | SBI_PTE_PRIVMAP);
+				sbi_vma_wake(buf, idx);
+				return;
+			}
+		} else if (sbi_vma_unprotect(buf, idx, 1) == 0) {
 			*pte &= ~SBI_PTE_SHARED;
 			return;
 		}
@@ -104,10 +113,11 @@ static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
 	if (r < 0) {
 		sbi_debug("copy-on-write of page %zu of buffer %u: %s: SIGBUS",
 			  idx, buf->id, strerror(-r));
-		if (sbi_vma_wpfail(buf, idx, old) == 0)
-			*pte = (*pte & ~SBI_PTE_SHARED) | SBI_PTE_WPFAIL;
 		atomic_fetch_add_explicit(&pool->n_sigbus, 1,
 					  memory_order_relaxed);
+		if (sbi_vma_wpfail(buf, idx, old) == 0)
+			*pte = (*pte & ~SBI_PTE_SHARED) | SBI_PTE_WPFAIL |
+			       SBI_PTE_PRIVMAP;
 		return;
 	}
 	*pte = (uint64_t)pid + 1;
@@ -123,9 +133,12 @@ static void service(struct sb_pool *pool, const struct uffd_msg *msg)
 	uint64_t flags = msg->arg.pagefault.flags;
 	struct sb_buf *buf;
 
+	/* Counters move before any wake-up: the woken thread may read them. */
+	atomic_fetch_add_explicit(&pool->n_faults, 1, memory_order_relaxed);
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_rwlock_rdlock(&pool->reg_lock);
 	buf = sbi_pool_lookup(pool, addr);
+	SBI_TRACE_FAULT(buf, addr, flags);
 	if (!buf) {
 		/* The buffer was destroyed meanwhile: let the thread fault
 		 * again on whatever is there now. */
@@ -147,8 +160,6 @@ static void service(struct sb_pool *pool, const struct uffd_msg *msg)
 	}
 	pthread_rwlock_unlock(&pool->reg_lock);
 	pthread_rwlock_unlock(&pool->layout);
-	atomic_fetch_add_explicit(&pool->n_faults, 1, memory_order_relaxed);
-	SBI_TRACE_FAULT(buf, addr, flags);
 }
 
 /* Never leave: a handler that exits leaves faulting threads hung. */

@@ -66,7 +66,7 @@ struct sbi_heap *sbi_heap_create(size_t heap_size, size_t page_size,
 		close(fd);
 		return NULL;
 	}
-	h = sbi_meta_alloc(meta);
+	h = sbi_meta_alloc(meta, true);
 	if (!h) {
 		*err = -ENOMEM;
 		close(fd);

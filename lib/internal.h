@@ -67,9 +67,9 @@ long sbi_map_count(void);
 
 /* ---- meta.c: library metadata memory (mmap, never malloc) -----------------*/
 
-/* Zeroed, lazily backed, not inherited by fork()ed children. Safe on the
- * fault path because it takes no user-space lock. */
-void *sbi_meta_alloc(size_t bytes);
+/* Zeroed, lazily backed; inherited by fork()ed children only if asked.
+ * Safe on the fault path because it takes no user-space lock. */
+void *sbi_meta_alloc(size_t bytes, bool inherit);
 void sbi_meta_free(void *p, size_t bytes);
 
 /* ---- heap.c: one placement heap (a memfd) ---------------------------------*/
@@ -223,6 +223,12 @@ void sbi_pool_drop_run(struct sb_pool *pool, struct sb_buf *buf);
 /* Look up the buffer that owns addr; the caller holds reg_lock. */
 struct sb_buf *sbi_pool_lookup(struct sb_pool *pool, uintptr_t addr);
 
+/* ---- verify.c ---------------------------------------------------------------*/
+
+/* For tests: 0 if every counter and reference agrees, else -EUCLEAN with
+ * the first disagreement described in why. */
+int sbi_pool_verify(struct sb_pool *pool, char *why, size_t len);
+
 /* ---- ready.c: the reserve of zeroed pages ----------------------------------*/
 
 void *sbi_ready_thread(void *arg);
@@ -239,6 +245,7 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready);
 #define SBI_PTE_SHARED (1ull << 32)	/* write-protected: copy on write */
 #define SBI_PTE_POISON (1ull << 33)	/* a fault failed: SIGBUS on touch */
 #define SBI_PTE_WPFAIL (1ull << 34)	/* a copy failed: SIGBUS on write */
+#define SBI_PTE_PRIVMAP (1ull << 35)	/* mapped MAP_PRIVATE (shared in) */
 
 struct sb_buf {
 	struct sb_pool *pool;	/* immutable */
@@ -253,6 +260,7 @@ struct sb_buf {
 	/* Run earmark (buf->lock): the heap extent this buffer grows into. */
 	uint64_t run_serial;
 	uint32_t run_slot, run_start, run_end;
+	uint32_t run_next;	/* first page of the run not yet taken */
 };
 
 /* ---- vma.c: the address-space operations on a buffer's range ---------------*/
@@ -261,10 +269,11 @@ struct sb_buf {
  * read_only maps without write permission (the first step of sharing). */
 int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
 		  bool read_only);
-/* Map n shared pages write-protected (register WP, protect, then allow
- * writes, which now fault to the handler for copy-on-write). */
+/* Map n pages that other buffers also show, write-protected through uffd
+ * (the pool's: writes copy; the SIGBUS one: writes fail), with no window
+ * in which a write could reach the shared page. */
 int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
-			 sbi_pid pid);
+			 sbi_pid pid, int uffd);
 /* Put registered anonymous memory back over [idx, idx+n). */
 int sbi_vma_unplace(struct sb_buf *buf, size_t idx, size_t n);
 /* Write-protect placed pages [idx, idx+n) so a write faults (WP mode). */

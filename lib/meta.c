@@ -4,13 +4,15 @@
  * states of heaps). It comes from mmap, never malloc: the fault path may
  * need it, and a faulting thread could be stopped inside malloc. It is
  * backed lazily, so a terabyte buffer's page table costs only the entries
- * in use, and not inherited by fork()ed children, which cannot use it.
+ * in use. Large tables are not inherited by fork()ed children, which
+ * cannot use them; what the fork handler reads in the child (the heap
+ * table, to close descriptors) is.
  */
 #include "internal.h"
 
 #include <sys/mman.h>
 
-void *sbi_meta_alloc(size_t bytes)
+void *sbi_meta_alloc(size_t bytes, bool inherit)
 {
 	void *p;
 
@@ -20,7 +22,8 @@ void *sbi_meta_alloc(size_t bytes)
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (p == MAP_FAILED)
 		return NULL;
-	madvise(p, bytes, MADV_DONTFORK);
+	if (!inherit)
+		madvise(p, bytes, MADV_DONTFORK);
 	return p;
 }
 

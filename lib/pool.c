@@ -176,6 +176,7 @@ static int claim_run(struct sb_pool *pool, struct sb_buf *buf, uint32_t want,
 	buf->run_slot = h->slot;
 	buf->run_start = start;
 	buf->run_end = start + len;
+	buf->run_next = start;
 	pool->want_site = true;
 	*out = h->slot * pool->pages_per_heap + start;
 	return 0;
@@ -274,6 +275,31 @@ static void wait_busy(struct sb_pool *pool)
 }
 
 /*
+ * Without a page to continue from (the buffer page before is unplaced),
+ * take the next free page of the buffer's current run: scattered
+ * placements then claim one run per run_pages pages, not one each.
+ */
+static bool run_cursor(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *out)
+{
+	struct sbi_heap *h;
+
+	if (!buf->run_serial || buf->run_slot >= pool->heap_hi)
+		return false;
+	h = pool->heaps[buf->run_slot];
+	if (!h || h->serial != buf->run_serial)
+		return false;
+	for (; buf->run_next < buf->run_end; buf->run_next++) {
+		uint32_t i = buf->run_next;
+
+		if (page_free(h, i) && (!h->owner[i] || h->owner[i] == buf->id)) {
+			*out = h->slot * pool->pages_per_heap + i;
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
  * Pick and take one page for buf, trying the continuation hint first.
  * Returns the prep the page needs, or -errno. pool->lock held; may wait on
  * busy_cond (the ready thread finishing a page), never on anything a
@@ -288,6 +314,8 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 		bool busy;
 		int r;
 
+		if (!have_hint)
+			have_hint = run_cursor(pool, buf, hint);
 		if (have_hint && *hint / pool->pages_per_heap < pool->heap_hi) {
 			h = sbi_pid_heap(pool, *hint);
 			i = sbi_pid_index(pool, *hint);
@@ -300,6 +328,9 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 			}
 			if (h->state[i] != SBI_PG_UNBACKED ||
 			    pool->resident < pool->max_pages) {
+				if (h->serial == buf->run_serial &&
+				    i >= buf->run_next && i < buf->run_end)
+					buf->run_next = i + 1;
 				*out = *hint;
 				return take_page(pool, h, i);
 			}
@@ -336,7 +367,7 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 	if (n > sizeof(prep_small)) {
 		/* Only sb_buf_map asks for more than one page at a time;
 		 * the fault path asks for one. */
-		prep = sbi_meta_alloc(n);
+		prep = sbi_meta_alloc(n, false);
 		if (!prep)
 			return -ENOMEM;
 	}
@@ -594,8 +625,10 @@ SB_API struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts,
 	pthread_cond_init(&pool->busy_cond, &ca);
 	pthread_condattr_destroy(&ca);
 
-	pool->heaps = sbi_meta_alloc(pool->heap_cap * sizeof(*pool->heaps));
-	pool->wanted = sbi_meta_alloc(pool->wanted_cap * sizeof(sbi_pid));
+	pool->heaps = sbi_meta_alloc(pool->heap_cap * sizeof(*pool->heaps),
+				     true);
+	pool->wanted = sbi_meta_alloc(pool->wanted_cap * sizeof(sbi_pid),
+				      false);
 	if (!pool->heaps || !pool->wanted) {
 		r = -ENOMEM;
 		goto out;

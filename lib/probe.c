@@ -217,9 +217,10 @@ static void probe(void)
 		numa_available() < 0 ? 0 : numa_num_configured_nodes();
 	features.max_map_count = read_long("/proc/sys/vm/max_map_count");
 	if (uname(&u) == 0) {
-		strncpy(features.kernel, u.release,
-			sizeof(features.kernel) - 1);
-		features.kernel[sizeof(features.kernel) - 1] = 0;
+		size_t n = strnlen(u.release, sizeof(features.kernel) - 1);
+
+		memcpy(features.kernel, u.release, n);
+		features.kernel[n] = 0;
 	}
 }
 

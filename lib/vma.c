@@ -9,12 +9,15 @@
  *                   pool's uffd (or its SIGBUS uffd for a strict buffer)
  *   shared page     placed, registered WP with the pool's uffd and
  *                   write-protected: the first write faults, and the
- *                   handler copies
+ *                   handler copies. A page shared into a buffer (the dst
+ *                   of sb_buf_share) is mapped MAP_PRIVATE, see
+ *                   sbi_vma_place_shared
  *   poisoned page   unplaced, and a touch raises SIGBUS (UFFDIO_POISON, or
  *                   registration with the SIGBUS uffd where POISON is
  *                   missing)
  */
 #include "internal.h"
+#include "tsan.h"
 #include "uffd_compat.h"
 
 #include <errno.h>
@@ -22,6 +25,10 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
 
 static char *page_addr(const struct sb_buf *buf, size_t idx)
 {
@@ -31,6 +38,18 @@ static char *page_addr(const struct sb_buf *buf, size_t idx)
 static size_t pages_len(const struct sb_buf *buf, size_t n)
 {
 	return n << buf->pool->page_shift;
+}
+
+/* Every mapping change of a buffer's range goes through here. */
+static void *fixed_map(void *addr, size_t len, int prot, int flags, int fd,
+		       off_t off)
+{
+	void *p;
+
+	SBI_MAP_BEGIN();
+	p = mmap(addr, len, prot, flags | MAP_FIXED, fd, off);
+	SBI_MAP_END();
+	return p;
 }
 
 /* An mmap failure, explained: ENOMEM mostly means vm.max_map_count. */
@@ -70,10 +89,32 @@ int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
 	/* MAP_POPULATE: the heap page is already allocated and zeroed, so
 	 * this only fills page-table entries, and the caller's first touches
 	 * take no fault. */
-	p = mmap(page_addr(buf, idx), pages_len(buf, n), prot,
-		 MAP_SHARED | MAP_FIXED | MAP_POPULATE, h->fd,
-		 (off_t)((size_t)sbi_pid_index(pool, pid) << pool->page_shift));
+	p = fixed_map(page_addr(buf, idx), pages_len(buf, n), prot,
+		      MAP_SHARED | MAP_POPULATE, h->fd,
+		      (off_t)((size_t)sbi_pid_index(pool, pid) << pool->page_shift));
 	return p == MAP_FAILED ? map_error(errno) : 0;
+}
+
+/*
+ * Private anonymous memory over [addr, addr+len). At vm.max_map_count the
+ * kernel refuses every mmap, even one that would merge and so lower the
+ * count; munmap of whole mappings still works, so fall back to munmap and
+ * mmap into the hole. Only then is there a moment when a racing touch of
+ * the range finds nothing mapped (SIGSEGV).
+ */
+static int anon_over(char *addr, size_t len)
+{
+	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+
+	if (fixed_map(addr, len, PROT_READ | PROT_WRITE, flags, -1, 0) !=
+	    MAP_FAILED)
+		return 0;
+	if (errno != ENOMEM || munmap(addr, len) < 0)
+		return -1;
+	if (fixed_map(addr, len, PROT_READ | PROT_WRITE, flags, -1, 0) !=
+	    MAP_FAILED)
+		return 0;
+	return -1;
 }
 
 int sbi_vma_unplace(struct sb_buf *buf, size_t idx, size_t n)
@@ -83,9 +124,7 @@ int sbi_vma_unplace(struct sb_buf *buf, size_t idx, size_t n)
 	size_t len = pages_len(buf, n);
 	int r;
 
-	if (mmap(addr, len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
-		 0) == MAP_FAILED)
+	if (anon_over(addr, len) < 0)
 		return map_error(errno);
 	r = sbi_uffd_register(buf->flags & SB_BUF_STRICT ? pool->uffd_sigbus
 							 : pool->uffd,
@@ -151,19 +190,35 @@ void sbi_vma_wake(struct sb_buf *buf, size_t idx)
 }
 
 int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
-			 sbi_pid pid)
+			 sbi_pid pid, int uffd)
 {
+	struct sb_pool *pool = buf->pool;
+	char *addr = page_addr(buf, idx);
+	size_t len = pages_len(buf, n);
 	int r;
 
-	/* Read-only until write-protected: a racing write must never land
-	 * in a page that another buffer shows. */
-	r = sbi_vma_place(buf, idx, n, pid, true);
-	if (r == 0)
-		r = sbi_vma_protect(buf, idx, n, buf->pool->uffd);
-	if (r == 0 && mprotect(page_addr(buf, idx), pages_len(buf, n),
-			       PROT_READ | PROT_WRITE) < 0)
-		r = -errno;
-	return r;
+	/*
+	 * The new mapping exists, unprotected, between mmap and the
+	 * write-protect below. Mapped MAP_PRIVATE, a write in that window
+	 * gets a private copy from the kernel and can never reach the page
+	 * that other buffers show. After the protection, MADV_DONTNEED drops
+	 * such copies: the racing write is ordered before the share, whose
+	 * result replaces it. The page-table entries it zaps keep their
+	 * write-protect marker, so the next write faults to the handler. No
+	 * MAP_POPULATE: it would copy every page (a write populate).
+	 */
+	if (fixed_map(addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE,
+		      sbi_pid_heap(pool, pid)->fd,
+		      (off_t)((size_t)sbi_pid_index(pool, pid)
+			      << pool->page_shift)) == MAP_FAILED)
+		return map_error(errno);
+	r = sbi_vma_protect(buf, idx, n, uffd);
+	if (r < 0)
+		return r;
+	madvise(addr, len, MADV_DONTNEED);
+	/* Reads then take no fault (a read populate copies nothing). */
+	madvise(addr, len, MADV_POPULATE_READ);
+	return 0;
 }
 
 int sbi_vma_poison(struct sb_buf *buf, size_t idx)
@@ -189,9 +244,7 @@ int sbi_vma_poison(struct sb_buf *buf, size_t idx)
 		}
 	}
 	/* No POISON (before 6.6): hand the page to the SIGBUS uffd. */
-	if (mmap(addr, len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
-		 0) == MAP_FAILED)
+	if (anon_over(addr, len) < 0)
 		return map_error(errno);
 	r = sbi_uffd_register(pool->uffd_sigbus, addr, len,
 			      UFFDIO_REGISTER_MODE_MISSING);
@@ -204,16 +257,10 @@ int sbi_vma_poison(struct sb_buf *buf, size_t idx)
 
 int sbi_vma_wpfail(struct sb_buf *buf, size_t idx, sbi_pid pid)
 {
-	int r;
+	/* The same page mapped afresh, write-protected through the SIGBUS
+	 * uffd: reads still work, writes raise SIGBUS. */
+	int r = sbi_vma_place_shared(buf, idx, 1, pid, buf->pool->uffd_sigbus);
 
-	/* A fresh read-only mapping of the same page, write-protected through
-	 * the SIGBUS uffd: reads still work, writes raise SIGBUS. */
-	r = sbi_vma_place(buf, idx, 1, pid, true);
-	if (r == 0)
-		r = sbi_vma_protect(buf, idx, 1, buf->pool->uffd_sigbus);
-	if (r == 0 && mprotect(page_addr(buf, idx), pages_len(buf, 1),
-			       PROT_READ | PROT_WRITE) < 0)
-		r = -errno;
 	sbi_vma_wake(buf, idx);
 	return r;
 }

@@ -13,8 +13,10 @@
 #define SPARSEBUF_TEST_HARNESS_H
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,6 +127,17 @@ static inline struct sb_stats stats(struct sb_pool *p)
 	return st;
 }
 
+/* The pool's own consistency check (lib/verify.c; tests link the static
+ * library, which has it). */
+int sbi_pool_verify(struct sb_pool *pool, char *why, size_t len);
+
+#define VERIFY(pool)                                                         \
+	do {                                                                 \
+		char why_[512];                                              \
+		if (sbi_pool_verify((pool), why_, sizeof(why_)) != 0)        \
+			FAIL("pool inconsistent: %s", why_);                 \
+	} while (0)
+
 static inline double now_s(void)
 {
 	struct timespec ts;
@@ -158,6 +171,36 @@ static inline long maps_in(const void *lo, size_t len)
 	return n;
 }
 
+/* Lines of /proc/self/maps that contain `what`. */
+static inline long maps_named(const char *what)
+{
+	char line[512];
+	long n = 0;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, what) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* ThreadSanitizer confines mappings to its application ranges (about
+ * 1.5 TiB on x86-64): "huge" is smaller there. */
+#if defined(__SANITIZE_THREAD__)
+#define HUGE_BUF (128 * GiB)
+#else
+#define HUGE_BUF (64 * TiB)
+#endif
+
+/* Sanitizer runtimes map memory of their own as a test runs. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define MAPS_SLACK 256
+#else
+#define MAPS_SLACK 4
+#endif
+
 static inline long maps_total(void)
 {
 	char line[512];
@@ -175,7 +218,8 @@ static inline long maps_total(void)
 static const char *self_exe;
 
 /* Run "self --child name" with extra environment entries (NULL-terminated
- * list, may be NULL); return its wait status, or -1 on timeout (killed). */
+ * list, may be NULL); return its wait status, or -1 on timeout (killed).
+ * With out, the child's stdout and stderr are captured there. */
 static inline int run_child_env(const char *name, char *const *env_extra,
 				double timeout_s, char *out, size_t outlen)
 {
@@ -196,37 +240,52 @@ static inline int run_child_env(const char *name, char *const *env_extra,
 	if (out) {
 		if (pipe(pfd) < 0)
 			FAIL("pipe");
+		posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
 		posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
 		posix_spawn_file_actions_addclose(&fa, pfd[0]);
 	}
 	if (posix_spawn(&pid, self_exe, &fa, NULL, argv, envp) != 0)
 		FAIL("posix_spawn %s", self_exe);
 	posix_spawn_file_actions_destroy(&fa);
-	if (out) {
-		size_t got = 0;
-		ssize_t r;
-
+	if (out)
 		close(pfd[1]);
-		while (got + 1 < outlen &&
-		       (r = read(pfd[0], out + got, outlen - got - 1)) > 0)
-			got += (size_t)r;
-		out[got] = 0;
-		close(pfd[0]);
-	}
 	t0 = now_s();
-	for (;;) {
-		pid_t w = waitpid(pid, &status, WNOHANG);
+	for (size_t got = 0;;) {
+		bool exited = false;
 
-		if (w == pid)
+		if (out && pfd[0] >= 0) {
+			struct pollfd pf = {.fd = pfd[0], .events = POLLIN};
+
+			if (poll(&pf, 1, 2) > 0) {
+				ssize_t r = read(pfd[0], out + got,
+						 outlen - got - 1);
+
+				if (r > 0 && got + (size_t)r < outlen - 1) {
+					got += (size_t)r;
+				} else {
+					close(pfd[0]);	/* EOF or full */
+					pfd[0] = -1;
+				}
+				out[got] = 0;
+			}
+		} else {
+			usleep(2000);
+		}
+		if (pid > 0 && waitpid(pid, &status, WNOHANG) == pid) {
+			pid = 0;	/* reaped; keep draining the pipe */
+			exited = true;
+		}
+		if (pid == 0 && (!out || pfd[0] < 0 || now_s() - t0 > timeout_s))
 			return status;
-		if (now_s() - t0 > timeout_s) {
+		if (!exited && pid > 0 && now_s() - t0 > timeout_s) {
 			kill(pid, SIGKILL);
 			waitpid(pid, &status, 0);
+			if (out && pfd[0] >= 0)
+				close(pfd[0]);
 			fprintf(stderr, "child %s hung: killed after %.0f s\n",
 				name, timeout_s);
 			return -1;
 		}
-		usleep(2000);
 	}
 }
 

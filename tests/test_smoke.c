@@ -17,7 +17,7 @@ static int main_test(void)
 
 	require_uffd();
 	p = make_pool(256 * KiB, 64 * MiB, 0);
-	a = make_buf(p, 1 * TiB, 0);
+	a = make_buf(p, HUGE_BUF, 0);
 	x = sb_buf_addr(a);
 	CHECK(((uintptr_t)x & (256 * KiB - 1)) == 0);
 	CHECK_EQ(sb_buf_map(a, 0, 1 * MiB), 4);

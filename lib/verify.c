@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Consistency check of a pool, for tests: every counter agrees with the
+ * page states it summarises, and every page's reference count equals the
+ * number of buffer pages that map it. Takes the layout lock for writing,
+ * so no placement or fault is in flight while it looks.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define BAD(...) (snprintf(why, len, __VA_ARGS__), -EUCLEAN)
+
+static int check_heaps(struct sb_pool *pool, char *why, size_t len)
+{
+	size_t used = 0, ready = 0, dirty = 0, resident = 0, nheaps = 0;
+
+	for (uint32_t s = 0; s < pool->heap_hi; s++) {
+		struct sbi_heap *h = pool->heaps[s];
+		uint32_t n[SBI_PG_USED + 1] = {0};
+
+		if (!h)
+			continue;
+		nheaps++;
+		for (uint32_t i = 0; i < h->npages; i++) {
+			if (h->state[i] > SBI_PG_USED)
+				return BAD("heap %u page %u: state %u", s, i,
+					   h->state[i]);
+			n[h->state[i]]++;
+			if ((h->state[i] == SBI_PG_USED) != (h->refs[i] > 0))
+				return BAD("heap %u page %u: state %u refs %u",
+					   s, i, h->state[i], h->refs[i]);
+		}
+		if (n[SBI_PG_USED] != h->nused || n[SBI_PG_READY] != h->nready ||
+		    n[SBI_PG_DIRTY] != h->ndirty || n[SBI_PG_BUSY] != h->nbusy)
+			return BAD("heap %u: counters %u/%u/%u/%u, states "
+				   "%u/%u/%u/%u (used/ready/dirty/busy)",
+				   s, h->nused, h->nready, h->ndirty, h->nbusy,
+				   n[SBI_PG_USED], n[SBI_PG_READY],
+				   n[SBI_PG_DIRTY], n[SBI_PG_BUSY]);
+		used += n[SBI_PG_USED];
+		ready += n[SBI_PG_READY];
+		dirty += n[SBI_PG_DIRTY];
+		resident += n[SBI_PG_USED] + n[SBI_PG_READY] +
+			    n[SBI_PG_DIRTY] + n[SBI_PG_BUSY];
+	}
+	if (used != pool->used || ready != pool->ready ||
+	    dirty != pool->dirty || resident != pool->resident ||
+	    nheaps != pool->nheaps)
+		return BAD("pool: used %zu/%zu ready %zu/%zu dirty %zu/%zu "
+			   "resident %zu/%zu heaps %zu/%u (counted/kept)",
+			   used, pool->used, ready, pool->ready, dirty,
+			   pool->dirty, resident, pool->resident, nheaps,
+			   pool->nheaps);
+	if (pool->resident > pool->max_pages)
+		return BAD("resident %zu pages over the budget of %zu",
+			   pool->resident, pool->max_pages);
+	return 0;
+}
+
+static int check_refs(struct sb_pool *pool, char *why, size_t len)
+{
+	size_t npids = (size_t)pool->heap_hi * pool->pages_per_heap;
+	uint32_t *count = calloc(npids ? npids : 1, sizeof(*count));
+	int r = 0;
+
+	if (!count) {
+		snprintf(why, len, "no memory for the check");
+		return -ENOMEM;
+	}
+	for (size_t b = 0; b < pool->nreg && !r; b++) {
+		struct sb_buf *buf = pool->reg[b].buf;
+		size_t placed = 0;
+
+		for (size_t i = 0; i < buf->npages && !r; i++) {
+			sbi_pid p = (sbi_pid)(buf->pte[i] & SBI_PTE_PID);
+
+			if (!p)
+				continue;
+			placed++;
+			if (p - 1 >= npids || !pool->heaps[(p - 1) /
+						  pool->pages_per_heap])
+				r = BAD("buffer %u page %zu: no pool page %u",
+					buf->id, i, p - 1);
+			else
+				count[p - 1]++;
+		}
+		if (!r && placed != buf->nplaced)
+			r = BAD("buffer %u: %zu pages placed, nplaced %zu",
+				buf->id, placed, buf->nplaced);
+	}
+	for (size_t p = 0; p < npids && !r; p++) {
+		struct sbi_heap *h = pool->heaps[p / pool->pages_per_heap];
+
+		if (h && h->refs[p % pool->pages_per_heap] != count[p])
+			r = BAD("pool page %zu: %u references, %u mappings", p,
+				h->refs[p % pool->pages_per_heap], count[p]);
+	}
+	free(count);
+	return r;
+}
+
+int sbi_pool_verify(struct sb_pool *pool, char *why, size_t len)
+{
+	int r;
+
+	pthread_rwlock_wrlock(&pool->layout);
+	pthread_rwlock_rdlock(&pool->reg_lock);
+	pthread_mutex_lock(&pool->lock);
+	r = check_heaps(pool, why, len);
+	if (r == 0)
+		r = check_refs(pool, why, len);
+	pthread_mutex_unlock(&pool->lock);
+	pthread_rwlock_unlock(&pool->reg_lock);
+	pthread_rwlock_unlock(&pool->layout);
+	return r;
+}

@@ -1,0 +1,279 @@
+/* The fault handler: demand placement, many threads faulting the same
+ * pages, unmap racing faults, SIGBUS when the budget is exhausted (never a
+ * hang, never a silent zero page), recovery after it, and clean shutdown
+ * with no thread or descriptor left behind. */
+#include "harness.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdatomic.h>
+
+#define PAGE (256 * KiB)
+
+static int child(const char *name)
+{
+	if (!strcmp(name, "budget")) {
+		/* Three pages of budget, a fourth touched. */
+		struct sb_pool *p = make_pool(PAGE, 64 * MiB, 3 * PAGE);
+		struct sb_buf *b = make_buf(p, 1 * GiB, 0);
+		volatile char *x = sb_buf_addr(b);
+
+		for (int i = 0; i < 3; i++)
+			x[(size_t)i * PAGE] = 1;
+		if (stats(p).pages_used != 3)
+			return 3;
+		expect_signal_at((char *)x + 3 * PAGE, PAGE);
+		x[3 * PAGE + 5] = 1;
+		return 4;	/* neither SIGBUS nor a hang: a silent page */
+	}
+	if (!strcmp(name, "budget-read")) {
+		/* A read of an unplaced page when the budget is gone. */
+		struct sb_pool *p = make_pool(PAGE, 64 * MiB, PAGE);
+		struct sb_buf *b = make_buf(p, 1 * GiB, 0);
+		volatile char *x = sb_buf_addr(b);
+
+		if (sb_buf_map(b, 0, PAGE) != 1)
+			return 3;
+		expect_signal_at((char *)x + 9 * PAGE, PAGE);
+		return x[9 * PAGE + 1];
+	}
+	return 2;
+}
+
+/* ---- many threads, same pages ------------------------------------------- */
+
+enum { NTHREADS = 8, NPAGES = 64 };
+
+struct toucher {
+	char *base;
+	int id;
+	pthread_barrier_t *go;
+};
+
+static void *touch_all(void *arg)
+{
+	struct toucher *t = arg;
+
+	pthread_barrier_wait(t->go);
+	for (int i = 0; i < NPAGES; i++) {
+		/* Each thread writes its own slot of every page: a page
+		 * placed twice would lose the earlier writes. */
+		int *slot = (int *)(t->base + (size_t)i * PAGE) + t->id;
+
+		*slot = t->id + 1000 * i;
+	}
+	return NULL;
+}
+
+static void same_pages(void)
+{
+	struct sb_pool *p = make_pool(PAGE, 64 * MiB, 0);
+	struct sb_buf *b = make_buf(p, 1 * GiB, 0);
+	struct toucher t[NTHREADS];
+	pthread_t th[NTHREADS];
+	pthread_barrier_t go;
+	struct sb_stats st;
+
+	pthread_barrier_init(&go, NULL, NTHREADS);
+	for (int i = 0; i < NTHREADS; i++) {
+		t[i] = (struct toucher){sb_buf_addr(b), i, &go};
+		pthread_create(&th[i], NULL, touch_all, &t[i]);
+	}
+	for (int i = 0; i < NTHREADS; i++)
+		pthread_join(th[i], NULL);
+	pthread_barrier_destroy(&go);
+	for (int i = 0; i < NPAGES; i++)
+		for (int k = 0; k < NTHREADS; k++)
+			CHECK_EQ(((int *)((char *)sb_buf_addr(b) +
+					  (size_t)i * PAGE))[k],
+				 k + 1000 * i);
+	st = stats(p);
+	CHECK_EQ(st.pages_used, NPAGES);
+	CHECK_EQ(st.fault_places, NPAGES);	/* each page placed once */
+	VERIFY(p);
+	CHECK(st.faults >= NPAGES);
+	printf("%d threads x %d pages: %llu fault messages, %llu placements\n",
+	       NTHREADS, NPAGES, (unsigned long long)st.faults,
+	       (unsigned long long)st.fault_places);
+	sb_buf_destroy(b);
+	sb_pool_destroy(p);
+}
+
+/* ---- unmap racing faults --------------------------------------------------- */
+
+struct racer {
+	struct sb_buf *b;
+	atomic_int *stop;
+	long ops;
+};
+
+static void *race_touch(void *arg)
+{
+	struct racer *r = arg;
+	volatile char *x = sb_buf_addr(r->b);
+
+	while (!atomic_load(r->stop)) {
+		for (int i = 0; i < 16; i++)
+			__atomic_store_n(&x[(size_t)i * PAGE +
+					    (size_t)(r->ops % 4096)],
+					 1, __ATOMIC_RELAXED);
+		r->ops++;
+	}
+	return NULL;
+}
+
+static void *race_unmap(void *arg)
+{
+	struct racer *r = arg;
+
+	while (!atomic_load(r->stop)) {
+		CHECK(sb_buf_unmap(r->b, 0, 16 * PAGE) >= 0);
+		CHECK(sb_buf_map(r->b, (size_t)(r->ops % 16) * PAGE, PAGE) >=
+		      0);
+		r->ops++;
+	}
+	return NULL;
+}
+
+static void unmap_during_faults(void)
+{
+	struct sb_pool *p = make_pool(PAGE, 64 * MiB, 0);
+	struct sb_buf *b = make_buf(p, 64 * MiB, 0);
+	atomic_int stop = 0;
+	struct racer r[4] = {{b, &stop, 0}, {b, &stop, 0}, {b, &stop, 0},
+			     {b, &stop, 0}};
+	pthread_t th[4];
+	double t0 = now_s();
+
+	pthread_create(&th[0], NULL, race_touch, &r[0]);
+	pthread_create(&th[1], NULL, race_touch, &r[1]);
+	pthread_create(&th[2], NULL, race_unmap, &r[2]);
+	pthread_create(&th[3], NULL, race_unmap, &r[3]);
+	while (now_s() - t0 < 1.5)
+		usleep(10000);
+	atomic_store(&stop, 1);
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	printf("unmap racing faults: %ld touches, %ld unmaps, %llu faults\n",
+	       r[0].ops + r[1].ops, r[2].ops + r[3].ops,
+	       (unsigned long long)stats(p).faults);
+	CHECK(r[0].ops > 0 && r[2].ops > 0);
+	/* The page table and the pool agree. */
+	CHECK_EQ(stats(p).pages_used, sb_buf_placed(b, 0, 64 * MiB));
+	VERIFY(p);
+	CHECK(sb_buf_unmap(b, 0, 64 * MiB) >= 0);
+	CHECK_EQ(stats(p).pages_used, 0);
+	sb_buf_destroy(b);
+	sb_pool_destroy(p);
+}
+
+/* ---- SIGBUS in this process, then recovery ------------------------------- */
+
+static sigjmp_buf jb;
+static volatile void *bus_addr;
+
+static void on_bus(int sig, siginfo_t *si, void *ctx)
+{
+	(void)sig;
+	(void)ctx;
+	bus_addr = si->si_addr;
+	siglongjmp(jb, 1);
+}
+
+/* Touch *p; returns 1 if it raised SIGBUS. */
+static int touch_bus(volatile char *p)
+{
+	if (sigsetjmp(jb, 1))
+		return 1;
+	*p = 7;
+	return 0;
+}
+
+static void poison_and_recover(void)
+{
+	struct sb_pool *p = make_pool(PAGE, 64 * MiB, 2 * PAGE);
+	struct sb_buf *b = make_buf(p, 1 * GiB, 0);
+	volatile char *x = sb_buf_addr(b);
+	struct sigaction sa, old;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_bus;
+	sa.sa_flags = SA_SIGINFO;
+	sigaction(SIGBUS, &sa, &old);
+	CHECK_EQ(touch_bus(x), 0);
+	CHECK_EQ(touch_bus(x + PAGE), 0);
+	CHECK_EQ(touch_bus(x + 5 * PAGE), 1);	/* over budget */
+	CHECK(bus_addr == x + 5 * PAGE);
+	CHECK_EQ(stats(p).sigbus, 1);
+	CHECK_EQ(stats(p).pages_used, 2);
+	/* Memory freed, but the page stays poisoned until it is placed or
+	 * unmapped: a SIGBUS handler that returns must not loop silently. */
+	CHECK_EQ(sb_buf_unmap(b, 0, PAGE), 1);
+	CHECK_EQ(touch_bus(x + 5 * PAGE), 1);
+	CHECK_EQ(sb_buf_placed(b, 5 * PAGE, 1), 0);
+	/* sb_buf_unmap clears the poison (it releases no page there). */
+	CHECK_EQ(sb_buf_unmap(b, 5 * PAGE, PAGE), 0);
+	CHECK_EQ(touch_bus(x + 5 * PAGE), 0);	/* a fault places it now */
+	CHECK_EQ(x[5 * PAGE], 7);
+	CHECK_EQ(x[5 * PAGE + 1], 0);
+	/* sb_buf_map also clears it. */
+	CHECK_EQ(touch_bus(x + 6 * PAGE), 1);
+	CHECK_EQ(sb_buf_unmap(b, 0, 2 * PAGE), 1);
+	CHECK_EQ(sb_buf_map(b, 6 * PAGE, 1), 1);
+	CHECK_EQ(touch_bus(x + 6 * PAGE), 0);
+	VERIFY(p);
+	sigaction(SIGBUS, &old, NULL);
+	sb_buf_destroy(b);
+	CHECK_EQ(stats(p).pages_used, 0);
+	sb_pool_destroy(p);
+}
+
+/* ---- shutdown ----------------------------------------------------------------- */
+
+static int count_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	int n = 0;
+
+	while (d && readdir(d))
+		n++;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static void create_destroy_loop(void)
+{
+	int fds0 = count_dir("/proc/self/fd"), th0 = count_dir("/proc/self/task");
+	long maps0 = maps_total();
+
+	for (int i = 0; i < 100; i++) {
+		struct sb_pool *p = make_pool(PAGE, 4 * MiB, 0);
+		struct sb_buf *b = make_buf(p, 1 * GiB, 0);
+
+		((volatile char *)sb_buf_addr(b))[(size_t)i * PAGE] = 1;
+		CHECK_EQ(sb_buf_map(b, 0, 32 * PAGE), 31 + (i >= 32));
+		/* Destroying the pool destroys its buffers too. */
+		if (i % 2)
+			sb_buf_destroy(b);
+		sb_pool_destroy(p);
+	}
+	CHECK_EQ(count_dir("/proc/self/fd"), fds0);
+	CHECK_EQ(count_dir("/proc/self/task"), th0);
+	CHECK_EQ(maps_named("sparsebuf-heap"), 0);
+	CHECK(maps_total() <= maps0 + MAPS_SLACK);
+}
+
+static int main_test(void)
+{
+	require_uffd();
+	same_pages();
+	unmap_during_faults();
+	poison_and_recover();
+	create_destroy_loop();
+	CHECK_EQ(child_exit_code(run_child("budget")), EXIT_GOT_SIGBUS);
+	CHECK_EQ(child_exit_code(run_child("budget-read")), EXIT_GOT_SIGBUS);
+	printf("faults: ok\n");
+	return 0;
+}

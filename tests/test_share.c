@@ -1,0 +1,247 @@
+/* Sharing with copy-on-write: both directions, pages counted once, the last
+ * holder keeps the page without a copy, dst replaced, unplaced sources,
+ * same-buffer shares, chains, a KV-style shared prompt, concurrent writers
+ * on both sides, and SIGBUS when a copy cannot be had. */
+#include "harness.h"
+
+#include <pthread.h>
+
+#define PAGE (256 * KiB)
+
+static void fill(char *p, size_t len, int seed)
+{
+	for (size_t i = 0; i < len; i += 512)
+		p[i] = (char)(seed + (int)(i / 512) % 97);
+}
+
+static int check_fill(const char *p, size_t len, int seed)
+{
+	for (size_t i = 0; i < len; i += 512)
+		if (p[i] != (char)(seed + (int)(i / 512) % 97))
+			return 0;
+	return 1;
+}
+
+static int child(const char *name)
+{
+	if (!strcmp(name, "cow-budget")) {
+		/* Four pages of budget, all in use by a shared pair: the
+		 * first write cannot get its copy. Reads still work. */
+		struct sb_pool *p = make_pool(PAGE, 64 * MiB, 4 * PAGE);
+		struct sb_buf *a = make_buf(p, 64 * MiB, 0);
+		struct sb_buf *b = make_buf(p, 64 * MiB, 0);
+		volatile char *y = sb_buf_addr(b);
+
+		if (sb_buf_map(a, 0, 4 * PAGE) != 4)
+			return 3;
+		fill(sb_buf_addr(a), 4 * PAGE, 5);
+		if (sb_buf_share(b, 0, a, 0, 4 * PAGE) != 4)
+			return 4;
+		if (!check_fill((const char *)y, 4 * PAGE, 5))
+			return 5;
+		expect_signal_at((char *)y + PAGE, PAGE);
+		y[PAGE + 3] = 1;
+		return 6;
+	}
+	return 2;
+}
+
+static void both_directions(void)
+{
+	struct sb_pool *p = make_pool(PAGE, 64 * MiB, 0);
+	struct sb_buf *a = make_buf(p, 1 * GiB, 0), *b = make_buf(p, 1 * GiB, 0);
+	char *x = sb_buf_addr(a), *y = sb_buf_addr(b);
+	struct sb_stats st;
+
+	CHECK_EQ(sb_buf_map(a, 0, 8 * PAGE), 8);
+	fill(x, 8 * PAGE, 1);
+	CHECK_EQ(sb_buf_share(b, 0, a, 0, 8 * PAGE), 8);
+	CHECK(check_fill(y, 8 * PAGE, 1));
+	st = stats(p);
+	CHECK_EQ(st.pages_used, 8);	/* once */
+	CHECK_EQ(sb_buf_placed(b, 0, 8 * PAGE), 8);
+
+	/* dst -> private copy; src unchanged. */
+	y[3 * PAGE + 100] = 'd';
+	CHECK(check_fill(x, 8 * PAGE, 1));
+	CHECK_EQ(x[3 * PAGE + 100], 0);	/* fill() writes every 512th byte */
+	CHECK_EQ(y[3 * PAGE + 100], 'd');
+	CHECK_EQ(y[3 * PAGE], x[3 * PAGE]);	/* rest of the page copied */
+	/* src -> private copy; dst unchanged. */
+	x[5 * PAGE] = 's';
+	CHECK_EQ(y[5 * PAGE], (char)(1 + (5 * PAGE / 512) % 97));
+	CHECK_EQ(x[5 * PAGE], 's');
+	st = stats(p);
+	CHECK_EQ(st.cow_copies, 2);
+	CHECK_EQ(st.pages_used, 10);
+	VERIFY(p);
+	/* A second write to a copied page costs nothing more. */
+	y[3 * PAGE + 200] = 'e';
+	x[5 * PAGE + 1] = 't';
+	CHECK_EQ(stats(p).cow_copies, 2);
+
+	/* The last holder keeps the page without a copy. */
+	sb_buf_destroy(a);
+	st = stats(p);
+	CHECK_EQ(st.pages_used, 8);
+	y[0] = 'z';
+	y[7 * PAGE] = 'z';
+	st = stats(p);
+	CHECK_EQ(st.cow_copies, 2);
+	CHECK_EQ(st.pages_used, 8);
+	CHECK(st.faults >= 4);	/* the unprotect faults */
+	sb_buf_destroy(b);
+	CHECK_EQ(stats(p).pages_used, 0);
+	sb_pool_destroy(p);
+}
+
+static void replace_and_holes(void)
+{
+	struct sb_pool *p = make_pool(PAGE, 64 * MiB, 0);
+	struct sb_buf *a = make_buf(p, 64 * MiB, 0), *b = make_buf(p, 64 * MiB, 0);
+	char *x = sb_buf_addr(a), *y = sb_buf_addr(b);
+
+	/* dst had its own pages: replaced and released. */
+	CHECK_EQ(sb_buf_map(b, 0, 4 * PAGE), 4);
+	memset(y, 'o', 4 * PAGE);
+	/* src has pages 0, 2 placed, 1, 3 not. */
+	CHECK_EQ(sb_buf_map(a, 0, PAGE), 1);
+	CHECK_EQ(sb_buf_map(a, 2 * PAGE, PAGE), 1);
+	memset(x, 'a', PAGE);
+	memset(x + 2 * PAGE, 'c', PAGE);
+	CHECK_EQ(stats(p).pages_used, 6);
+	CHECK_EQ(sb_buf_share(b, 0, a, 0, 4 * PAGE - 1), 2);	/* rounded */
+	CHECK_EQ(stats(p).pages_used, 2);
+	CHECK_EQ(sb_buf_placed(b, 0, 4 * PAGE), 2);
+	CHECK_EQ(y[10], 'a');
+	CHECK_EQ(y[2 * PAGE + 10], 'c');
+	CHECK_EQ(y[PAGE + 10], 0);	/* unplaced in src: fresh zero page */
+	CHECK_EQ(y[3 * PAGE], 0);
+	CHECK_EQ(stats(p).pages_used, 4);
+	CHECK(stats(p).unmaps >= 4);
+	VERIFY(p);
+
+	/* Same buffer, other place: a[8..10) shows a[0..2). */
+	CHECK_EQ(sb_buf_share(a, 8 * PAGE, a, 0, 2 * PAGE), 1);
+	CHECK_EQ(x[8 * PAGE + 5], 'a');
+	x[8 * PAGE + 5] = 'q';
+	CHECK_EQ(x[5], 'a');
+	CHECK_EQ(x[8 * PAGE + 5], 'q');
+	/* Chains: b's shared page shared again into a third buffer. */
+	{
+		struct sb_buf *c = make_buf(p, 64 * MiB, 0);
+		char *z = sb_buf_addr(c);
+		size_t used = stats(p).pages_used;
+
+		CHECK_EQ(sb_buf_share(c, 0, b, 2 * PAGE, PAGE), 1);
+		CHECK_EQ(stats(p).pages_used, used);
+		CHECK_EQ(z[1], 'c');
+		z[1] = 'Z';
+		CHECK_EQ(y[2 * PAGE + 1], 'c');
+		CHECK_EQ(x[2 * PAGE + 1], 'c');
+		sb_buf_destroy(c);
+	}
+	sb_buf_destroy(a);
+	sb_buf_destroy(b);
+	CHECK_EQ(stats(p).pages_used, 0);
+	sb_pool_destroy(p);
+}
+
+/* Eight sessions with a common 2k-token prompt (16 pages of 2 KiB rows),
+ * each continuing on its own. */
+static void shared_prompt(void)
+{
+	struct sb_pool *p = make_pool(PAGE, 64 * MiB, 0);
+	struct sb_buf *parent = make_buf(p, 1 * GiB, 0), *s[8];
+	size_t prompt = 16 * PAGE;
+
+	CHECK_EQ(sb_buf_map(parent, 0, prompt), 16);
+	fill(sb_buf_addr(parent), prompt, 9);
+	for (int i = 0; i < 8; i++) {
+		s[i] = make_buf(p, 1 * GiB, 0);
+		CHECK_EQ(sb_buf_share(s[i], 0, parent, 0, prompt), 16);
+	}
+	CHECK_EQ(stats(p).pages_used, 16);
+	for (int i = 0; i < 8; i++) {
+		char *q = sb_buf_addr(s[i]);
+
+		CHECK(check_fill(q, prompt, 9));
+		CHECK_EQ(sb_buf_map(s[i], prompt, (size_t)(i + 1) * PAGE),
+			 i + 1);
+		memset(q + prompt, i, (size_t)(i + 1) * PAGE);
+	}
+	CHECK_EQ(stats(p).pages_used, 16 + 36);
+	CHECK_EQ(stats(p).cow_copies, 0);
+	VERIFY(p);
+	sb_buf_destroy(parent);
+	CHECK_EQ(stats(p).pages_used, 16 + 36);
+	for (int i = 0; i < 8; i++)
+		sb_buf_destroy(s[i]);
+	CHECK_EQ(stats(p).pages_used, 0);
+	sb_pool_destroy(p);
+}
+
+struct writer {
+	char *base;
+	int seed;
+};
+
+static void *write_pages(void *arg)
+{
+	struct writer *w = arg;
+
+	for (int i = 0; i < 64; i++)
+		for (size_t o = 0; o < PAGE; o += 4096)
+			w->base[(size_t)i * PAGE + o + (size_t)w->seed] =
+				(char)w->seed;
+	return NULL;
+}
+
+static void concurrent_writers(void)
+{
+	struct sb_pool *p = make_pool(PAGE, 64 * MiB, 0);
+	struct sb_buf *a = make_buf(p, 64 * MiB, 0), *b = make_buf(p, 64 * MiB, 0);
+	struct writer w[4] = {{sb_buf_addr(a), 1}, {sb_buf_addr(a), 2},
+			      {sb_buf_addr(b), 3}, {sb_buf_addr(b), 4}};
+	pthread_t th[4];
+
+	CHECK_EQ(sb_buf_map(a, 0, 64 * PAGE), 64);
+	memset(sb_buf_addr(a), 0x11, 64 * PAGE);
+	CHECK_EQ(sb_buf_share(b, 0, a, 0, 64 * PAGE), 64);
+	for (int i = 0; i < 4; i++)
+		pthread_create(&th[i], NULL, write_pages, &w[i]);
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	/* Each side sees its own writers' bytes and the old data. */
+	for (int i = 0; i < 64; i++) {
+		for (size_t o = 0; o < PAGE; o += 4096) {
+			char *xa = (char *)sb_buf_addr(a) + (size_t)i * PAGE + o;
+			char *xb = (char *)sb_buf_addr(b) + (size_t)i * PAGE + o;
+
+			CHECK(xa[1] == 1 && xa[2] == 2);
+			CHECK(xa[3] == 0x11 && xa[4] == 0x11);
+			CHECK(xb[3] == 3 && xb[4] == 4);
+			CHECK(xb[1] == 0x11 && xb[2] == 0x11);
+			CHECK(xa[100] == 0x11 && xb[100] == 0x11);
+		}
+	}
+	CHECK_EQ(stats(p).pages_used, 128);
+	VERIFY(p);
+	CHECK(stats(p).cow_copies >= 64);	/* a last holder needs none */
+	sb_buf_destroy(a);
+	sb_buf_destroy(b);
+	CHECK_EQ(stats(p).pages_used, 0);
+	sb_pool_destroy(p);
+}
+
+static int main_test(void)
+{
+	require_cow();
+	both_directions();
+	replace_and_holes();
+	shared_prompt();
+	concurrent_writers();
+	CHECK_EQ(child_exit_code(run_child("cow-budget")), EXIT_GOT_SIGBUS);
+	printf("sharing: ok\n");
+	return 0;
+}
