@@ -48,8 +48,9 @@ TEST_SRC := $(wildcard tests/*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
-TOOLS := $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sparsebuf-demo
+TOOLS := $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sparsebuf-demo $(BUILD)/bin/sbrun
 INC := -Ilib/include -Ikernels/include
+RUNNER_OBJ := $(BUILD)/obj/runner/model.o
 
 # Components in their own fragments add static libraries to EXTRA_A (linked
 # into tests, benchmarks and tools after libsparsebuf) and targets to
@@ -90,34 +91,59 @@ $(BUILD)/tests/test_shared: tests/test_shared.c $(LIB_SO) tests/harness.h
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) -L$(BUILD)/lib \
 		-Wl,-rpath,$(abspath $(BUILD)/lib) -lsparsebuf -lpthread
 
-$(BUILD)/tests/%: tests/%.c $(LIB_A) $(EXTRA_A) tests/harness.h
+$(BUILD)/tests/%: tests/%.c $(LIB_A) $(EXTRA_A) $(RUNNER_OBJ) tests/harness.h
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
-	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Ilib -o $@ $< $(LDFLAGS_ALL) $(EXTRA_A) $(LIB_A) $(LIBS) -lm
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Ilib -Irunner -o $@ $< $(LDFLAGS_ALL) $(RUNNER_OBJ) $(EXTRA_A) $(LIB_A) $(LIBS) -lm
 
-$(BUILD)/bench/%: bench/%.c $(LIB_A) $(EXTRA_A) $(wildcard bench/*.h)
+$(BUILD)/bench/%: bench/%.c $(LIB_A) $(EXTRA_A) $(RUNNER_OBJ) $(wildcard bench/*.h)
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
-	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) $(EXTRA_A) $(LIB_A) $(LIBS) -lm
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Irunner -o $@ $< $(LDFLAGS_ALL) $(RUNNER_OBJ) $(EXTRA_A) $(LIB_A) $(LIBS) -lm
 
 $(BUILD)/bin/sparsebuf-info: tools/sparsebuf-info.c $(LIB_A)
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) $(LIB_A) $(LIBS)
 
+# The llama2.c runner: runner/model.c is shared by sbrun, tests and benches.
+$(BUILD)/obj/runner/%.o: runner/%.c runner/model.h $(wildcard lib/include/*.h kernels/include/*.h)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Irunner -c -o $@ $<
+
+$(BUILD)/bin/sbrun: runner/sbrun.c $(RUNNER_OBJ) $(LIB_A) $(EXTRA_A)
+	@mkdir -p $(dir $@)
+	@echo "  CCLD    $@"
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Irunner -o $@ $< $(RUNNER_OBJ) $(LDFLAGS_ALL) $(EXTRA_A) $(LIB_A) $(LIBS) -lm
+
 $(BUILD)/bin/sparsebuf-demo: demo/demo.c $(LIB_A)
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) $(LIB_A) $(LIBS)
 
+# Build dependencies; the tests also want perf (test_perf skips without
+# it), the benchmarks gnuplot for their charts.
 deps-check:
 	@scripts/deps.sh
 
-test: deps-check lib tests $(TOOLS) $(EXTRA_ALL)
+deps-test:
+	@scripts/deps.sh linux-perf
+
+deps-bench:
+	@scripts/deps.sh linux-perf gnuplot-nox
+
+# Dependencies first (a sub-make, so that even make -j builds after them).
+test: deps-test
+	@$(MAKE) --no-print-directory test-build
 	@tests/run.sh $(BUILD)/tests
 
-demo: deps-check $(BUILD)/bin/sparsebuf-demo
-	@$(BUILD)/bin/sparsebuf-demo
+test-build: lib tests $(TOOLS) bench-bin $(EXTRA_ALL)
+
+demo: deps-bench
+	@$(MAKE) --no-print-directory $(BUILD)/bin/sparsebuf-demo \
+		$(BUILD)/bin/sbrun $(BUILD)/bench/kv
+	@demo/run.sh $(BUILD)
 
 # fork() tests start threads in the child of a threaded parent, which
 # TSan refuses by default.
@@ -129,7 +155,8 @@ tsan:
 	@TSAN_OPTIONS=$${TSAN_OPTIONS:-die_after_fork=0} \
 		$(MAKE) --no-print-directory SAN=tsan test
 
-bench: deps-check bench-bin
+bench: deps-bench
+	@$(MAKE) --no-print-directory bench-bin
 	@bench/run.sh $(BUILD)
 
 sparsebuf.pc: Makefile
@@ -138,15 +165,16 @@ sparsebuf.pc: Makefile
 		'Version: $(VERSION)' 'Libs: -L$${libdir} -lsparsebuf' \
 		'Libs.private: $(LIBS)' 'Cflags: -I$${includedir}' > $(BUILD)/sparsebuf.pc
 
-install: lib $(BUILD)/bin/sparsebuf-info sparsebuf.pc
+install: lib $(EXTRA_A) $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sbrun sparsebuf.pc
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR)
-	install -m 644 lib/include/sparsebuf.h $(DESTDIR)$(INCDIR)/
-	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
+	install -m 644 lib/include/sparsebuf.h lib/include/sparsebuf_kv.h \
+		kernels/include/sbkernels.h $(DESTDIR)$(INCDIR)/
+	install -m 644 $(LIB_A) $(EXTRA_A) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/
 	ln -sf libsparsebuf.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libsparsebuf.so.$(SOVERSION)
 	ln -sf libsparsebuf.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libsparsebuf.so
 	install -m 644 $(BUILD)/sparsebuf.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
-	install -m 755 $(BUILD)/bin/sparsebuf-info $(DESTDIR)$(BINDIR)/
+	install -m 755 $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sbrun $(DESTDIR)$(BINDIR)/
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
@@ -154,5 +182,5 @@ format:
 clean:
 	rm -rf build build-asan build-tsan
 
-.PHONY: all lib tests bench-bin deps-check test demo asan tsan bench install format clean sparsebuf.pc
+.PHONY: all lib tests bench-bin deps-check deps-test deps-bench test test-build demo asan tsan bench install format clean sparsebuf.pc
 .SECONDARY:

@@ -169,14 +169,17 @@ int main(int argc, char **argv)
 			abort();
 		memset(a, 1, total);
 		memset(sb_buf_addr(buf), 1, total);
-		for (int r = 0; r < 2 * rounds + 1 && r < 16; r++) {
+		/* Interleaved passes; the best of each, since noise in a VM
+		 * only ever slows a pass down. */
+		ra = rs = 0;
+		for (int r = 0; r < 16; r++) {
 			ga[r] = read_pass(a, total);
 			gs[r] = read_pass(sb_buf_addr(buf), total);
+			ra = ga[r] > ra ? ga[r] : ra;
+			rs = gs[r] > rs ? gs[r] : rs;
 		}
-		ra = median(ga, 2 * rounds + 1);
-		rs = median(gs, 2 * rounds + 1);
-		printf("\n%-34s %12s %8s %8s\n", "streaming read", "GB/s", "ratio",
-		       "target");
+		printf("\n%-34s %12s %8s %8s\n", "streaming read (best of 16)",
+		       "GB/s", "ratio", "target");
 		printf("%-34s %12.2f %8s\n", "anonymous memory (baseline)", ra,
 		       "1.00x");
 		printf("%-34s %12.2f %7.3fx %7s %6s\n", "sparsebuf placed pages", rs,

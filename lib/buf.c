@@ -199,6 +199,7 @@ SB_API void sb_buf_destroy(struct sb_buf *buf)
 	if (check_buf(buf) < 0)
 		return;
 	pool = buf->pool;
+	sbi_prefetch_cancel(buf, 0, buf->npages);
 	pthread_rwlock_rdlock(&pool->layout);
 	/* After this the handler no longer finds the buffer; a handler busy
 	 * with one of its faults holds reg_lock, so we wait for it here. */
@@ -254,64 +255,59 @@ SB_API struct sb_pool *sb_buf_pool(const struct sb_buf *buf)
 
 /* ---- map ---------------------------------------------------------------------- */
 
-/* Split the unplaced pages of [first, end) into runs over pids (in page
- * order): a run ends where the buffer or the heap pages stop being
- * consecutive. Returns the number of runs. */
-static size_t make_runs(const struct sb_buf *buf, size_t first, size_t end,
-			const sbi_pid *pids, struct run *runs)
+/* Group pages idx[k] <- pids[k] (idx ascending) into runs that one mmap
+ * can place: consecutive buffer pages on consecutive pages of one heap. */
+static size_t make_runs(const struct sb_pool *pool, const size_t *idx,
+			const sbi_pid *pids, size_t n, struct run *runs)
 {
-	const struct sb_pool *pool = buf->pool;
-	size_t nruns = 0, k = 0;
+	size_t nruns = 0;
 
-	for (size_t i = first; i < end;) {
-		size_t n = 1;
+	for (size_t k = 0; k < n;) {
+		size_t len = 1;
 
-		if (pte_pid(buf->pte[i])) {
-			i++;
-			continue;
-		}
-		while (i + n < end && !pte_pid(buf->pte[i + n]) &&
-		       pids[k + n] == pids[k] + n &&
-		       pids[k + n] % pool->pages_per_heap != 0)
-			n++;
-		runs[nruns++] = (struct run){i, n, pids[k]};
-		i += n;
-		k += n;
+		while (k + len < n && idx[k + len] == idx[k] + len &&
+		       pids[k + len] == pids[k] + len &&
+		       pids[k + len] % pool->pages_per_heap != 0)
+			len++;
+		runs[nruns++] = (struct run){idx[k], len, pids[k]};
+		k += len;
 	}
 	return nruns;
 }
 
-SB_API long sb_buf_map(struct sb_buf *buf, size_t off, size_t len)
+/*
+ * Three steps, so that the buffer lock is not held while pages are
+ * allocated (which may mean preparing one, 100 us or more): under the lock,
+ * find the unplaced pages and the page each stretch continues; without it,
+ * allocate; under it again, place the pages still unplaced (a fault or a
+ * prefetch may have placed some meanwhile: those pages go back).
+ */
+long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end)
 {
-	struct sb_pool *pool;
-	size_t first, end, n = 0, k = 0, nruns, done = 0;
-	struct run *runs = NULL;
+	struct sb_pool *pool = buf->pool;
+	size_t n = 0, k = 0, nsegs = 0, kept, nruns, done = 0;
+	struct run *runs = NULL, *segs = NULL;
+	size_t *idx = NULL;
 	sbi_pid *pids = NULL;
-	long r;
-
-	if ((r = check_buf(buf)) < 0)
-		return r;
-	if ((r = check_range(buf, off, len)) < 0 || !len)
-		return r;
-	pool = buf->pool;
-	first = off >> pool->page_shift;
-	end = ((off + len - 1) >> pool->page_shift) + 1;
+	long r = 0;
 
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);
 	for (size_t i = first; i < end; i++)
 		n += !pte_pid(buf->pte[i]);
-	if (!n)
-		goto out;
-	pids = malloc(n * sizeof(*pids));
-	runs = malloc(n * sizeof(*runs));
-	if (!pids || !runs) {
-		r = -ENOMEM;
-		goto out;
+	if (n) {
+		pids = malloc(n * sizeof(*pids));
+		idx = malloc(n * sizeof(*idx));
+		runs = malloc(n * sizeof(*runs));
+		segs = malloc(n * sizeof(*segs));
 	}
-	/* Allocate each stretch of unplaced pages after the page before it,
-	 * so the new pages continue that page's heap run. */
-	for (size_t i = first; i < end;) {
+	if (n && (!pids || !idx || !runs || !segs)) {
+		r = -ENOMEM;
+		n = 0;
+	}
+	/* Each stretch of unplaced pages continues the heap run of the page
+	 * before it (its pid + 1 goes in the segment's pid field). */
+	for (size_t i = first; i < end && n;) {
 		size_t j = i;
 
 		if (pte_pid(buf->pte[i])) {
@@ -319,15 +315,37 @@ SB_API long sb_buf_map(struct sb_buf *buf, size_t off, size_t len)
 			continue;
 		}
 		while (j < end && !pte_pid(buf->pte[j]))
-			j++;
-		r = sbi_pool_alloc(pool, buf, i ? pte_pid(buf->pte[i - 1]) : 0,
-				   j - i, pids + k);
-		if (r < 0)
-			goto out_put;
-		k += j - i;
+			idx[k++] = j++;
+		segs[nsegs++] = (struct run){i, j - i,
+					     i ? pte_pid(buf->pte[i - 1]) : 0};
 		i = j;
 	}
-	nruns = make_runs(buf, first, end, pids, runs);
+	pthread_mutex_unlock(&buf->lock);
+	if (!n)
+		goto out_unlocked;
+
+	for (size_t sg = 0, got = 0; sg < nsegs; got += segs[sg++].n) {
+		r = sbi_pool_alloc(pool, buf, segs[sg].pid, segs[sg].n,
+				   pids + got);
+		if (r < 0) {
+			n = got;	/* what to give back */
+			goto out_put;
+		}
+	}
+
+	pthread_mutex_lock(&buf->lock);
+	/* Keep the pages still unplaced; return the others' pids. */
+	kept = 0;
+	for (k = 0; k < n; k++) {
+		if (pte_pid(buf->pte[idx[k]])) {
+			sbi_pool_put(pool, &(sbi_pid){pids[k] + 1}, 1);
+			continue;
+		}
+		idx[kept] = idx[k];
+		pids[kept++] = pids[k];
+	}
+	n = kept;
+	nruns = make_runs(pool, idx, pids, n, runs);
 	for (done = 0; done < nruns; done++) {
 		r = sbi_vma_place(buf, runs[done].idx, runs[done].n,
 				  runs[done].pid, false);
@@ -342,20 +360,35 @@ SB_API long sb_buf_map(struct sb_buf *buf, size_t off, size_t len)
 	buf->nplaced += n;
 	count(&pool->n_maps, n);
 	r = (long)n;
-	goto out;
+	pthread_mutex_unlock(&buf->lock);
+	goto out_unlocked;
 out_unplace:
 	while (done--)
 		sbi_vma_unplace(buf, runs[done].idx, runs[done].n);
-out_put:
-	for (size_t i = 0; i < k; i++)
-		pids[i]++;	/* page-table form for sbi_pool_put */
-	sbi_pool_put(pool, pids, k);
-out:
 	pthread_mutex_unlock(&buf->lock);
+out_put:
+	for (k = 0; k < n; k++)
+		pids[k]++;	/* page-table form for sbi_pool_put */
+	sbi_pool_put(pool, pids, n);
+out_unlocked:
 	pthread_rwlock_unlock(&pool->layout);
 	free(pids);
+	free(idx);
 	free(runs);
+	free(segs);
 	return r;
+}
+
+SB_API long sb_buf_map(struct sb_buf *buf, size_t off, size_t len)
+{
+	long r;
+
+	if ((r = check_buf(buf)) < 0)
+		return r;
+	if ((r = check_range(buf, off, len)) < 0 || !len)
+		return r;
+	return sbi_buf_place(buf, off >> buf->pool->page_shift,
+			     ((off + len - 1) >> buf->pool->page_shift) + 1);
 }
 
 /* ---- unmap ---------------------------------------------------------------- */
@@ -382,6 +415,8 @@ SB_API long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len)
 	end = (off + len) >> pool->page_shift;
 	if (first >= end)
 		return 0;
+	/* An earlier prefetch must not place pages after this release. */
+	sbi_prefetch_cancel(buf, first, end);
 
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);

@@ -8,6 +8,7 @@
  *     -> pool->reg_lock (rwlock: the address -> buffer registry)
  *       -> buf->lock (mutex; two buffers: lower id first)
  *         -> pool->lock (mutex: heaps, page states, budget)
+ *           -> pool->pf_lock (mutex: the prefetch queue, a leaf)
  *
  * The library never touches registered memory (a buffer's range) while it
  * holds any of these, so a thread stopped on a fault in a buffer never holds
@@ -151,7 +152,9 @@ struct sb_pool {
 	pthread_cond_t ready_cond;	/* work for the ready thread */
 	pthread_cond_t busy_cond;	/* a BUSY page changed state */
 	uint64_t busy_gen;		/* bumped when a BUSY page is done */
-	bool ready_idle;		/* the ready thread waits for work */
+	uint64_t alloc_seq;		/* bumped by every allocation and free */
+	int caller_cpu;			/* CPU of the last allocating thread */
+	bool ready_idle;		/* the ready thread sleeps long: wake it */
 	bool stopping;
 	bool want_site;		/* a run was claimed: ready the next site */
 	unsigned trimming;	/* sb_pool_trim running: ready thread idles */
@@ -166,9 +169,23 @@ struct sb_pool {
 	size_t dirty;		/* pages in state DIRTY */
 	size_t ready_target;	/* adaptive reserve, see ready.c */
 	size_t ready_min, ready_max;
-	size_t misses;		/* sync prepares since the last decay */
-	sbi_pid *wanted;	/* ring of pages worth making ready */
-	uint32_t wanted_head, wanted_tail, wanted_cap;
+	size_t ready_floor;	/* sb_pool_reserve: target never below */
+	size_t misses;		/* sync prepares since the last tick */
+	unsigned quiet_ticks;	/* ticks in a row without a miss */
+	/* sb_buf_prefetch requests, served by the ready thread first. Their
+	 * own lock, held for a push or a pop only: the thread that queues
+	 * must not wait behind the ready thread's longer work. */
+	pthread_mutex_t pf_lock;
+	pthread_cond_t pf_cond;		/* pf_inflight changed */
+	struct sbi_prefetch *pf;	/* pf_lock */
+	uint32_t pf_head, pf_tail, pf_cap;	/* pf_lock */
+	struct sb_buf *pf_inflight;	/* pf_lock: the buffer being placed for */
+	/* Pages worth making ready: [0] the next page of each growing run,
+	 * [1] the one after (served only when [0] is empty). */
+	struct sbi_ring {
+		sbi_pid *pid;
+		uint32_t head, tail, cap;
+	} wanted[2];
 
 	/* Counters: relaxed atomics, read by sb_pool_stats. */
 	_Atomic uint64_t n_faults, n_maps, n_unmaps, n_cow, n_fault_places,
@@ -218,6 +235,10 @@ uint32_t sbi_run_pages(const struct sb_pool *pool);
 bool sbi_pool_find_site(struct sb_pool *pool, uint32_t want,
 			struct sbi_heap **hp, uint32_t *startp, uint32_t *lenp);
 struct sbi_heap *sbi_pool_add_heap(struct sb_pool *pool, int *err);
+/* Record the calling thread's CPU: the ready thread keeps off it. */
+void sbi_pool_note_caller(struct sb_pool *pool);
+/* Wait until at least pages pages are ready (or timeout_ms passes). */
+void sbi_pool_wait_ready(struct sb_pool *pool, size_t pages, int timeout_ms);
 /* Forget buf's run earmark (the buffer is going away). */
 void sbi_pool_drop_run(struct sb_pool *pool, struct sb_buf *buf);
 /* Look up the buffer that owns addr; the caller holds reg_lock. */
@@ -232,8 +253,9 @@ int sbi_pool_verify(struct sb_pool *pool, char *why, size_t len);
 /* ---- ready.c: the reserve of zeroed pages ----------------------------------*/
 
 void *sbi_ready_thread(void *arg);
-/* Queue a free page worth making ready; caller holds pool->lock. */
-void sbi_ready_want(struct sb_pool *pool, sbi_pid p);
+/* Queue a free page worth making ready (prio 0: needed next, 1: after
+ * that); caller holds pool->lock. */
+void sbi_ready_want(struct sb_pool *pool, sbi_pid p, int prio);
 /* Release empty heaps and reserve pages; caller holds pool->lock and gets
  * it back. Returns pages released. keep_spare keeps one empty heap. */
 size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready);
@@ -262,6 +284,24 @@ struct sb_buf {
 	uint32_t run_slot, run_start, run_end;
 	uint32_t run_next;	/* first page of the run not yet taken */
 };
+
+/* Place a page under every unplaced page of [first, end) (page indices):
+ * sb_buf_map after argument checks. Takes the layout and buffer locks. */
+long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end);
+
+/* ---- prefetch.c: placement in the background -------------------------------*/
+
+struct sbi_prefetch {
+	struct sb_buf *buf;
+	size_t first, end;	/* page indices */
+};
+
+/* Drop queued requests of buf overlapping [first, end) and wait for one in
+ * flight on buf. Takes pool->lock; call with no buffer lock held. */
+void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end);
+/* The ready thread: serve one request if any. Called with pool->lock
+ * held; released while placing. Returns true if it did something. */
+bool sbi_prefetch_serve(struct sb_pool *pool);
 
 /* ---- vma.c: the address-space operations on a buffer's range ---------------*/
 

@@ -20,10 +20,12 @@
 
 #include <errno.h>
 #include <numa.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Pages a new run earmarks: 4 MiB worth, at least one page, at most a heap. */
@@ -258,11 +260,16 @@ static bool find_backed(struct sb_pool *pool, sbi_pid *out, bool *busy)
 /*
  * Wait for the ready thread to finish a BUSY page; pool->lock held. It needs
  * tens of microseconds, less than a cross-CPU wake-up costs in a VM, so
- * poll for a while before sleeping.
+ * poll for a while before sleeping. Having to wait means the reserve was
+ * not deep enough for this burst: it counts as a miss, which grows it.
  */
 static void wait_busy(struct sb_pool *pool)
 {
 	uint64_t gen = pool->busy_gen;
+
+	pool->misses++;
+	if (pool->ready_target < pool->ready_max + pool->ready_floor)
+		pool->ready_target++;
 
 	for (int spin = 0; spin < 200 && pool->busy_gen == gen; spin++) {
 		pthread_mutex_unlock(&pool->lock);
@@ -305,23 +312,51 @@ static bool run_cursor(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *out)
  * busy_cond (the ready thread finishing a page), never on anything a
  * faulting thread holds.
  */
+/* Can buf take page i of h (free, and not earmarked by another buffer)? */
+static bool usable(const struct sbi_heap *h, uint32_t i,
+		   const struct sb_buf *buf)
+{
+	return h && i < h->npages && page_free(h, i) &&
+	       (!h->owner[i] || h->owner[i] == buf->id);
+}
+
+static struct sbi_heap *hint_heap(struct sb_pool *pool, sbi_pid p)
+{
+	return p / pool->pages_per_heap < pool->heap_hi ? sbi_pid_heap(pool, p)
+							 : NULL;
+}
+
+/* Pages of a buffer's next run: a buffer that keeps growing through its
+ * runs gets runs twice as long each time, up to a whole heap (earmarks cost
+ * nothing), so a long sequential buffer claims a run every few hundred
+ * pages, not every 16. */
+static uint32_t next_run_pages(const struct sb_pool *pool,
+			       const struct sb_buf *buf)
+{
+	uint32_t base = sbi_run_pages(pool), want = base;
+
+	if (buf->run_serial && buf->run_next >= buf->run_end &&
+	    buf->run_end - buf->run_start >= base)
+		want = 2 * (buf->run_end - buf->run_start);
+	return want < pool->pages_per_heap ? want : pool->pages_per_heap;
+}
+
 static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 		     bool have_hint, sbi_pid *out)
 {
+	bool tried_cursor = false;
+
 	for (;;) {
 		struct sbi_heap *h = NULL;
 		uint32_t i = 0;
 		bool busy;
 		int r;
 
-		if (!have_hint)
-			have_hint = run_cursor(pool, buf, hint);
-		if (have_hint && *hint / pool->pages_per_heap < pool->heap_hi) {
-			h = sbi_pid_heap(pool, *hint);
+		if (have_hint) {
+			h = hint_heap(pool, *hint);
 			i = sbi_pid_index(pool, *hint);
 		}
-		if (h && i < h->npages && page_free(h, i) &&
-		    (!h->owner[i] || h->owner[i] == buf->id)) {
+		if (usable(h, i, buf)) {
 			if (h->state[i] == SBI_PG_BUSY) {
 				wait_busy(pool);
 				continue;
@@ -348,7 +383,17 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 			wait_busy(pool);
 			continue;
 		}
-		r = claim_run(pool, buf, sbi_run_pages(pool), hint);
+		/* No page to continue from: the buffer's current run (which
+		 * may have been claimed ahead, see sbi_pool_alloc), else a
+		 * new run. */
+		if (!tried_cursor) {
+			tried_cursor = true;
+			if (run_cursor(pool, buf, hint)) {
+				have_hint = true;
+				continue;
+			}
+		}
+		r = claim_run(pool, buf, next_run_pages(pool, buf), hint);
 		if (r < 0)
 			return r;
 		have_hint = true;
@@ -398,19 +443,38 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 	}
 	/* The pages after the last one are what this buffer needs next: ask
 	 * for two, so that one late wake-up of the ready thread costs
-	 * nothing. */
-	for (uint32_t a = 1; a <= 2; a++)
-		if (sbi_pid_index(pool, hint) + a < pool->pages_per_heap)
-			sbi_ready_want(pool, hint + a);
-	/* Near the end of a heap the run will need a new site soon. */
-	if (sbi_pid_index(pool, hint) + 3 >= pool->pages_per_heap)
-		pool->want_site = true;
+	 * nothing. If the next one cannot be had (the run ends there), claim
+	 * the next run now and ask for its first pages instead: the next
+	 * allocation continues there, on a page made ready meanwhile, rather
+	 * than claiming and preparing one on the spot (every region of a KV
+	 * cache would otherwise do that at the same position). */
+	{
+		struct sbi_heap *h = sbi_pid_heap(pool, hint);
+		uint32_t i = sbi_pid_index(pool, hint);
+		sbi_pid next;
+
+		if (usable(h, i + 1, buf)) {
+			sbi_ready_want(pool, hint + 1, 0);
+			if (usable(h, i + 2, buf))
+				sbi_ready_want(pool, hint + 2, 1);
+		} else if (claim_run(pool, buf, next_run_pages(pool, buf),
+				     &next) == 0) {
+			sbi_ready_want(pool, next, 0);
+			if (usable(sbi_pid_heap(pool, next),
+				   sbi_pid_index(pool, next) + 1, buf))
+				sbi_ready_want(pool, next + 1, 1);
+		}
+	}
 	if (misses) {
 		pool->misses += misses;
 		pool->ready_target += misses;
-		if (pool->ready_target > pool->ready_max)
-			pool->ready_target = pool->ready_max;
+		if (pool->ready_target > pool->ready_max + pool->ready_floor)
+			pool->ready_target = pool->ready_max + pool->ready_floor;
 	}
+	/* While the pool is active the ready thread polls (ready.c): waking
+	 * it would cost this thread a cross-CPU wake-up, tens of us in a VM. */
+	pool->alloc_seq++;
+	sbi_pool_note_caller(pool);
 	if (pool->ready_idle)
 		pthread_cond_signal(&pool->ready_cond);
 	pthread_mutex_unlock(&pool->lock);
@@ -485,6 +549,7 @@ void sbi_pool_put(struct sb_pool *pool, const sbi_pid *pids, size_t n)
 		pool->dirty++;
 		freed = true;
 	}
+	pool->alloc_seq++;
 	if (freed && pool->ready_idle)
 		pthread_cond_signal(&pool->ready_cond);
 	pthread_mutex_unlock(&pool->lock);
@@ -544,11 +609,16 @@ static void free_pool(struct sb_pool *pool)
 	if (pool->quit_fd >= 0)
 		close(pool->quit_fd);
 	sbi_meta_free(pool->heaps, pool->heap_cap * sizeof(*pool->heaps));
-	sbi_meta_free(pool->wanted, pool->wanted_cap * sizeof(sbi_pid));
+	for (int q = 0; q < 2; q++)
+		sbi_meta_free(pool->wanted[q].pid,
+			      pool->wanted[q].cap * sizeof(sbi_pid));
+	sbi_meta_free(pool->pf, pool->pf_cap * sizeof(*pool->pf));
 	free(pool->reg);
 	pthread_rwlock_destroy(&pool->layout);
 	pthread_rwlock_destroy(&pool->reg_lock);
 	pthread_mutex_destroy(&pool->lock);
+	pthread_mutex_destroy(&pool->pf_lock);
+	pthread_cond_destroy(&pool->pf_cond);
 	pthread_cond_destroy(&pool->ready_cond);
 	pthread_cond_destroy(&pool->busy_cond);
 	free(pool);
@@ -613,12 +683,16 @@ SB_API struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts,
 	if (pool->ready_max < 2 * pool->ready_min)
 		pool->ready_max = 2 * pool->ready_min;
 	pool->ready_target = pool->ready_min;
-	pool->wanted_cap = 4096;
+	pool->wanted[0].cap = pool->wanted[1].cap = 4096;
+	pool->pf_cap = 4096;
+	pool->caller_cpu = -1;
 	pool->next_buf_id = 1;
 
 	pthread_rwlock_init(&pool->layout, NULL);
 	pthread_rwlock_init(&pool->reg_lock, NULL);
 	pthread_mutex_init(&pool->lock, NULL);
+	pthread_mutex_init(&pool->pf_lock, NULL);
+	pthread_cond_init(&pool->pf_cond, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&pool->ready_cond, &ca);
@@ -627,9 +701,12 @@ SB_API struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts,
 
 	pool->heaps = sbi_meta_alloc(pool->heap_cap * sizeof(*pool->heaps),
 				     true);
-	pool->wanted = sbi_meta_alloc(pool->wanted_cap * sizeof(sbi_pid),
-				      false);
-	if (!pool->heaps || !pool->wanted) {
+	for (int q = 0; q < 2; q++)
+		pool->wanted[q].pid = sbi_meta_alloc(
+			pool->wanted[q].cap * sizeof(sbi_pid), false);
+	pool->pf = sbi_meta_alloc(pool->pf_cap * sizeof(*pool->pf), false);
+	if (!pool->heaps || !pool->wanted[0].pid || !pool->wanted[1].pid ||
+	    !pool->pf) {
 		r = -ENOMEM;
 		goto out;
 	}
@@ -736,6 +813,56 @@ SB_API long sb_pool_trim(struct sb_pool *pool)
 	pages = sbi_ready_trim(pool, false, true);
 	pthread_mutex_unlock(&pool->lock);
 	return (long)(pages << pool->page_shift);
+}
+
+SB_API long sb_pool_reserve(struct sb_pool *pool, long delta_bytes)
+{
+	long pages;
+	int r;
+
+	if (!pool)
+		return -EINVAL;
+	if ((r = sbi_pool_check(pool)) < 0)
+		return r;
+	pages = delta_bytes / (long)pool->page_size +
+		(delta_bytes % (long)pool->page_size > 0);
+	pthread_mutex_lock(&pool->lock);
+	if (pages < 0 && (size_t)-pages > pool->ready_floor)
+		pool->ready_floor = 0;
+	else
+		pool->ready_floor = (size_t)((long)pool->ready_floor + pages);
+	if (pool->ready_target < pool->ready_floor)
+		pool->ready_target = pool->ready_floor;
+	pthread_cond_signal(&pool->ready_cond);
+	pages = (long)pool->ready_floor;
+	pthread_mutex_unlock(&pool->lock);
+	return pages * (long)pool->page_size;
+}
+
+void sbi_pool_note_caller(struct sb_pool *pool)
+{
+	__atomic_store_n(&pool->caller_cpu, sched_getcpu(), __ATOMIC_RELAXED);
+}
+
+void sbi_pool_wait_ready(struct sb_pool *pool, size_t pages, int timeout_ms)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += timeout_ms / 1000;
+	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&pool->lock);
+	if (pool->ready_idle)
+		pthread_cond_signal(&pool->ready_cond);
+	while (pool->ready < pages && pool->resident < pool->max_pages &&
+	       pthread_cond_timedwait(&pool->busy_cond, &pool->lock, &until) !=
+		       ETIMEDOUT)
+		;
+	pthread_mutex_unlock(&pool->lock);
 }
 
 struct sb_buf *sbi_pool_lookup(struct sb_pool *pool, uintptr_t addr)

@@ -6,38 +6,57 @@
  *
  * What it does, in order of priority, never holding pool->lock while
  * touching memory (the pages are BUSY meanwhile):
- *   1. make ready the pages that allocations asked for next (the two pages
- *      after each growing buffer's last one, so that growth continues on a
- *      ready page and its mapping merges with the previous one): zero them
- *      if they hold old data, else allocate and pre-fault them;
+ *   0. place the ranges queued by sb_buf_prefetch (prefetch.c);
+ *   1. make ready the pages that allocations asked for next: the page
+ *      after each growing run's last one (so that growth continues on a
+ *      ready page and its mapping merges with the previous one), then,
+ *      when all of those are ready, the page after that (so one late
+ *      wake-up of this thread costs nothing); zero them if they hold old
+ *      data, else allocate and pre-fault them;
  *   2. when a run was started or a heap is nearly full, make ready the
  *      first page of the site where the next run will start (adding a heap
  *      ahead if none has room), so the next new run does not wait either;
  *   3. punch free backed pages beyond the reserve target, up to 64 at a
  *      time (memory goes back to the system promptly after an unmap);
  *   4. zero freed (dirty) pages into the reserve;
- *   5. every 100 ms: shrink the target if no caller had to prepare a page
- *      itself, and release empty heaps but one spare.
- * The target grows by one page for every page a caller had to prepare
- * (pool.c), between 1 MiB and 64 MiB worth of pages: the reserve follows
- * the growth rate. It never takes the pool past its budget.
+ *   5. every 100 ms: release empty heaps but one spare; after a second in
+ *      which no caller had to prepare a page itself, shrink the target.
+ * The target grows by one page for every page a caller had to prepare or
+ * wait for (pool.c), between 1 MiB and 64 MiB worth of pages: the reserve
+ * follows the growth rate. It never takes the pool past its budget.
+ *
+ * Waking: while allocations keep coming the thread polls every millisecond
+ * instead of being signalled, see ready_wait().
  */
 #include "internal.h"
 
 #include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 enum work { W_NONE, W_BACK, W_ZERO, W_PUNCH };
 
-void sbi_ready_want(struct sb_pool *pool, sbi_pid p)
+void sbi_ready_want(struct sb_pool *pool, sbi_pid p, int prio)
 {
-	uint32_t next = (pool->wanted_tail + 1) % pool->wanted_cap;
+	struct sbi_ring *q = &pool->wanted[prio];
+	uint32_t next = (q->tail + 1) % q->cap;
 
-	if (next == pool->wanted_head)
+	if (next == q->head)
 		return;	/* full: a hint, not a promise */
-	pool->wanted[pool->wanted_tail] = p;
-	pool->wanted_tail = next;
+	q->pid[q->tail] = p;
+	q->tail = next;
+}
+
+static bool ring_pop(struct sbi_ring *q, sbi_pid *p)
+{
+	if (q->head == q->tail)
+		return false;
+	*p = q->pid[q->head];
+	q->head = (q->head + 1) % q->cap;
+	return true;
 }
 
 static void set_busy(struct sb_pool *pool, struct sbi_heap *h, uint32_t i)
@@ -129,15 +148,26 @@ static enum work pick_work(struct sb_pool *pool, bool may_back,
 	*np = 1;
 	if (pool->trimming)
 		return W_NONE;
-	while (pool->ready < pool->ready_target &&
-	       pool->wanted_head != pool->wanted_tail && w == W_NONE) {
-		sbi_pid p = pool->wanted[pool->wanted_head];
-		uint32_t slot = p / pool->pages_per_heap;
+	for (int prio = 0; prio < 2 && w == W_NONE; prio++) {
+		sbi_pid p;
 
-		pool->wanted_head = (pool->wanted_head + 1) % pool->wanted_cap;
-		*hp = slot < pool->heap_hi ? pool->heaps[slot] : NULL;
-		*ip = sbi_pid_index(pool, p);
-		w = want_work(pool, may_back, *hp, *ip);
+		while (w == W_NONE && pool->ready < pool->ready_target &&
+		       ring_pop(&pool->wanted[prio], &p)) {
+			uint32_t slot = p / pool->pages_per_heap;
+
+			*hp = slot < pool->heap_hi ? pool->heaps[slot] : NULL;
+			*ip = sbi_pid_index(pool, p);
+			if (!*hp)
+				continue;
+			w = want_work(pool, may_back, *hp, *ip);
+			/* Keep the run ready further ahead (low priority,
+			 * bounded by the target): polling every millisecond,
+			 * a fast run needs more than two pages in hand. */
+			if ((w != W_NONE || (*hp)->state[*ip] == SBI_PG_READY) &&
+			    *ip + 1 < pool->pages_per_heap &&
+			    (*hp)->state[*ip + 1] != SBI_PG_USED)
+				sbi_ready_want(pool, p + 1, 1);
+		}
 	}
 	if (w == W_NONE && pool->ready < pool->ready_target &&
 	    pool->want_site) {
@@ -185,8 +215,11 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready)
 	if (all_ready) {
 		/* Forget what was wanted, pause the ready thread and let it
 		 * finish the page in its hands. */
-		pool->wanted_head = pool->wanted_tail;
-		pool->ready_target = pool->ready_min;
+		pool->wanted[0].head = pool->wanted[0].tail;
+		pool->wanted[1].head = pool->wanted[1].tail;
+		pool->ready_target = pool->ready_min > pool->ready_floor
+					     ? pool->ready_min
+					     : pool->ready_floor;
 		pool->trimming++;
 		for (;;) {
 			uint32_t busy = 0;
@@ -249,21 +282,97 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* Every 100 ms. The target shrinks by an eighth of its excess after a
+ * whole second without a miss: growth often comes in bursts (every region
+ * of a KV cache crosses a page boundary at the same position) separated by
+ * long computations, and a reserve that decayed in between would miss the
+ * next burst entirely. */
 static void tick(struct sb_pool *pool)
 {
-	if (!pool->misses && pool->ready_target > pool->ready_min) {
-		size_t step = (pool->ready_target - pool->ready_min) / 4;
+	if (pool->misses) {
+		pool->quiet_ticks = 0;
+	} else if (++pool->quiet_ticks >= 10) {
+		size_t low = pool->ready_min > pool->ready_floor
+				     ? pool->ready_min
+				     : pool->ready_floor;
 
-		pool->ready_target -= step ? step : 1;
+		if (pool->ready_target > low) {
+			size_t step = (pool->ready_target - low) / 8;
+
+			pool->ready_target -= step ? step : 1;
+		}
+		pool->quiet_ticks = 0;
 	}
 	pool->misses = 0;
 	sbi_ready_trim(pool, true, false);
 }
 
+/* Sleep until work may be there. While allocations keep coming (the last
+ * one less than HOT_POLLS polls ago) poll every millisecond, a timer
+ * wake-up on this thread's own CPU, so that allocating threads never pay
+ * for waking this one; afterwards sleep long and let the next allocation
+ * signal. pool->lock held. */
+#define HOT_POLLS 200
+
+static void ready_wait(struct sb_pool *pool, uint64_t *seen, unsigned *polls)
+{
+	struct timespec ts;
+	long ns;
+
+	if (pool->alloc_seq != *seen) {
+		*seen = pool->alloc_seq;
+		*polls = 0;
+	}
+	__atomic_store_n(&pool->ready_idle, ++*polls > HOT_POLLS,
+			 __ATOMIC_RELAXED);
+	ns = pool->ready_idle ? 100 * 1000000L : 1000000L;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_nsec += ns;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(&pool->ready_cond, &pool->lock, &ts);
+	__atomic_store_n(&pool->ready_idle, false, __ATOMIC_RELAXED);
+}
+
+/*
+ * Stay off the CPU of the thread that allocated last. Sharing a CPU with
+ * the thread it serves, this one would be time-sliced against it and stall
+ * it for milliseconds (or hold the pool lock while descheduled); on
+ * another CPU its work overlaps the caller's. It runs at normal priority:
+ * an idle-priority thread that holds the pool lock could be starved on a
+ * busy machine and stall every allocation, and one at a lower weight
+ * (measured with nice 10) gets too little CPU next to compute threads to
+ * keep up with a growing KV cache. pool->lock held.
+ */
+static void avoid_cpu(struct sb_pool *pool, int *avoided)
+{
+	cpu_set_t set;
+	int cpu = __atomic_load_n(&pool->caller_cpu, __ATOMIC_RELAXED);
+
+	if (cpu < 0 || cpu == *avoided || cpu >= CPU_SETSIZE)
+		return;
+	if (sched_getaffinity(0, sizeof(set), &set) < 0)
+		return;
+	/* Give back the one avoided before, avoid this one, unless it is
+	 * the only CPU left. */
+	if (*avoided >= 0)
+		CPU_SET(*avoided, &set);
+	if (CPU_COUNT(&set) < 2 || !CPU_ISSET(cpu, &set))
+		return;
+	CPU_CLR(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set) == 0)
+		*avoided = cpu;
+}
+
 void *sbi_ready_thread(void *arg)
 {
 	struct sb_pool *pool = arg;
-	uint64_t last_tick = now_ms(), no_back_until = 0;
+	uint64_t last_tick = now_ms(), no_back_until = 0, seen = 0;
+	unsigned polls = HOT_POLLS;
+	int avoided = -1;
+
 
 	pthread_mutex_lock(&pool->lock);
 	while (!pool->stopping) {
@@ -276,20 +385,14 @@ void *sbi_ready_thread(void *arg)
 			tick(pool);
 			last_tick = now;
 		}
+		avoid_cpu(pool, &avoided);
+		/* Placements a thread asked for come first: it will touch
+		 * them soon. */
+		if (!pool->trimming && sbi_prefetch_serve(pool))
+			continue;
 		w = pick_work(pool, now >= no_back_until, &h, &i, &n);
 		if (w == W_NONE) {
-			struct timespec ts;
-
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			ts.tv_nsec += 100 * 1000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			pool->ready_idle = true;
-			pthread_cond_timedwait(&pool->ready_cond, &pool->lock,
-					       &ts);
-			pool->ready_idle = false;
+			ready_wait(pool, &seen, &polls);
 			continue;
 		}
 		pthread_mutex_unlock(&pool->lock);

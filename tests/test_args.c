@@ -68,6 +68,7 @@ static int main_test(void)
 	CHECK_EQ(sb_pool_stats(NULL, &st), -EINVAL);
 	CHECK_EQ(sb_pool_stats(p, NULL), -EINVAL);
 	CHECK_EQ(sb_pool_trim(NULL), -EINVAL);
+	CHECK_EQ(sb_pool_reserve(NULL, 4096), -EINVAL);
 
 	/* sb_buf_create */
 	err = 0;

@@ -86,6 +86,13 @@ int sb_pool_stats(struct sb_pool *pool, struct sb_stats *st);
  * every heap with no page in use. Returns the number of bytes released. */
 long sb_pool_trim(struct sb_pool *pool);
 
+/* Keep at least this much more (delta_bytes > 0) or less (< 0) memory in
+ * zeroed pages ready for growth: a floor under the pool's adaptive reserve,
+ * for a client that knows its bursts (a KV cache whose every region crosses
+ * a page boundary at the same position). Ready pages count in
+ * bytes_resident and against the budget. Returns the floor in bytes. */
+long sb_pool_reserve(struct sb_pool *pool, long delta_bytes);
+
 /* ---- Sparse buffers ----------------------------------------------------- */
 
 #define SB_BUF_STRICT	(1u << 0)	/* unplaced touch -> SIGBUS */
@@ -130,6 +137,26 @@ long sb_buf_share(struct sb_buf *dst, size_t dst_off, struct sb_buf *src,
 /* Number of pages of [off, off+len) (every page intersecting it) that have
  * a page placed. */
 long sb_buf_placed(const struct sb_buf *buf, size_t off, size_t len);
+
+struct sb_range {
+	size_t off;
+	size_t len;
+};
+
+#define SB_PREFETCH_WAIT (1u << 0)	/* return when the data is placed */
+
+/* Ask for the pages of n ranges to be placed ahead of use, in the
+ * background (the pool's ready thread), so that the thread that will touch
+ * them pays nothing: the placement-ahead half of a decode loop. Returns
+ * the number of pages queued (pages already placed are not counted; a
+ * full queue drops the rest: prefetch is advice). With SB_PREFETCH_WAIT
+ * the pages are placed before it returns, and so is everything queued
+ * earlier for this buffer (n = 0 just waits for those). A later
+ * sb_buf_unmap of a range cancels what is still queued for it. Errors:
+ * -EINVAL, -ERANGE (as sb_buf_map, for any range), -ENOMEM (WAIT: as
+ * sb_buf_map). */
+long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
+		     size_t n, unsigned flags);
 
 /* ---- What this kernel allows -------------------------------------------- */
 

@@ -1,0 +1,108 @@
+#!/bin/sh
+# Count a workload's faults with perf next to sparsebuf's own counters and
+# show that they agree.
+#
+#   bench/perf-faults.sh [--check] [BUILD_DIR]
+#
+# The workload (bench/fault_workload.c) grows 256 pages of 256 KiB by
+# touching them, places 256 more with sb_buf_map, shares 64 and writes
+# through the share, and prints the library's counters. perf stat attaches
+# to it twice once its pool is set up:
+#   - to the whole process: the library's USDT probes (sdt_sparsebuf:fault,
+#     map, unmap, cow), which must equal the counters they mirror;
+#   - to the calling thread alone: page-faults, minor-faults, major-faults,
+#     and the kernel's tracepoint exceptions:page_fault_user filtered to the
+#     buffers' address ranges (printed by the workload). That count must
+#     equal the faults sparsebuf serviced: one kernel fault per page grown
+#     on demand and one per first write to a shared page. The same 256
+#     pages grown by the kernel's own demand paging take one per 4 KiB.
+#     (The library's ready thread takes the faults of pre-zeroing pages off
+#     the calling thread; they show in the process total, printed too.)
+# --check: exit 1 when a count disagrees (used by tests/test_perf).
+set -u
+check=0
+[ "${1:-}" = "--check" ] && { check=1; shift; }
+build=${1:-build}
+bin="$build/bench/fault_workload"
+[ -x "$bin" ] || { echo "build $bin first (make)" >&2; exit 2; }
+command -v perf >/dev/null 2>&1 || {
+	echo "perf is not installed (Debian: apt-get install linux-perf)" >&2
+	exit 77
+}
+tmp=$(mktemp -d)
+cleanup() {
+	perf probe -q -d "sdt_sparsebuf:*" >/dev/null 2>&1
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# perf learns the probes from the binary's .note.stapsdt section; drop any
+# left from an older build of it first (their offsets would be stale).
+perf probe -q -d "sdt_sparsebuf:*" >/dev/null 2>&1
+perf buildid-cache --add "$bin" >/dev/null 2>&1
+if ! perf probe -q -x "$bin" "sdt_sparsebuf:*" >/dev/null 2>&1; then
+	echo "perf cannot attach uprobes here (needs root and tracefs)" >&2
+	exit 77
+fi
+kernel_events="page-faults,minor-faults,major-faults"
+sdt_events="sdt_sparsebuf:fault,sdt_sparsebuf:map,sdt_sparsebuf:unmap,sdt_sparsebuf:cow"
+
+count() { # file event
+	awk -F, -v ev="$2" '$3 == ev { print $1 }' "$1"
+}
+run() { # name args...
+	name=$1
+	shift
+	fifo="$tmp/$name.fifo"
+	mkfifo "$fifo"
+	"$bin" --wait "$fifo" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+	pid=$!
+	sleep 0.3	# let the pool start its threads
+	set -- $(sed -n 's/^ranges=//p' "$tmp/$name.err")
+	filter="(address >= $1 && address < $2) || (address >= $3 && address < $4)"
+	perf stat -x, -e "$kernel_events" -e exceptions:page_fault_user \
+		--filter "$filter" -t "$pid" -o "$tmp/$name.thread" &
+	p1=$!
+	perf stat -x, -e "$kernel_events" -e "$sdt_events" -p "$pid" \
+		-o "$tmp/$name.proc" &
+	p2=$!
+	sleep 0.5	# let perf attach
+	echo go >"$fifo"
+	wait "$pid" || { cat "$tmp/$name.err" >&2; exit 1; }
+	wait "$p1" "$p2"
+}
+val() { # name key
+	sed -n "s/^$2=//p" "$tmp/$1.out"
+}
+
+run sparse --pages 256 --maps 256 --cow 64
+run none --pages 0 --maps 0 --cow 0
+run anon --anon --pages 256
+
+fail=0
+row() { # label perf ours
+	ok=no
+	[ "$2" = "$3" ] && ok=yes
+	[ "$ok" = no ] && fail=1
+	printf '%-42s %10s %10s   %s\n' "$1" "$2" "$3" "$ok"
+}
+thread_pf() { count "$tmp/$1.thread" page-faults; }
+echo "workload: 256 pages grown by touch, 256 placed with sb_buf_map, 64"
+echo "shared and written (copy-on-write); pages of $(val sparse page_size) bytes"
+echo
+printf '%-42s %10s %10s   %s\n' "count" "perf" "sparsebuf" "agree"
+row "sdt_sparsebuf:fault (process)" "$(count "$tmp/sparse.proc" sdt_sparsebuf:fault)" "$(val sparse faults)"
+row "sdt_sparsebuf:map (process)" "$(count "$tmp/sparse.proc" sdt_sparsebuf:map)" "$(val sparse maps)"
+row "sdt_sparsebuf:unmap (process)" "$(count "$tmp/sparse.proc" sdt_sparsebuf:unmap)" "$(val sparse unmaps)"
+row "sdt_sparsebuf:cow (process)" "$(count "$tmp/sparse.proc" sdt_sparsebuf:cow)" "$(val sparse cow_copies)"
+row "page_fault_user in the buffers (thread)" \
+	"$(count "$tmp/sparse.thread" exceptions:page_fault_user)" "$(val sparse faults)"
+in_bufs=$(count "$tmp/sparse.thread" exceptions:page_fault_user)
+echo
+echo "calling thread: page-faults $(thread_pf sparse) = $in_bufs in the buffers + $(($(thread_pf sparse) - in_bufs)) elsewhere (the program itself; a run that grows nothing takes $(thread_pf none)),"
+echo "  minor-faults $(count "$tmp/sparse.thread" minor-faults), major-faults $(count "$tmp/sparse.thread" major-faults)"
+echo "  sparsebuf growth of 256 pages on demand: $(val sparse fault_places) faults, one per 256 KiB page"
+echo "  kernel demand paging of 256 pages:       $(count "$tmp/anon.thread" exceptions:page_fault_user) faults, one per 4 KiB ($(val anon anon_expected_faults))"
+echo "whole process: page-faults $(count "$tmp/sparse.proc" page-faults) (the ready thread pre-zeroes pages by touching them)"
+[ "$check" = 1 ] && exit $fail
+exit 0

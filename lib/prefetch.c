@@ -1,0 +1,167 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Placement in the background: sb_buf_prefetch queues ranges, the pool's
+ * ready thread places them (before any other work of its own). A thread
+ * that knows what it will touch next (a KV cache a few positions ahead, a
+ * predictor choosing FFN neurons) then never pays for the mapping.
+ *
+ * Requests name their buffer; sb_buf_unmap and sb_buf_destroy cancel the
+ * ones still queued for it and wait for the one in flight, so a request
+ * can neither outlive its buffer nor place pages after a release.
+ */
+#include "internal.h"
+
+#include <errno.h>
+
+static bool overlaps(const struct sbi_prefetch *p, const struct sb_buf *buf,
+		     size_t first, size_t end)
+{
+	return p->buf == buf && p->first < end && first < p->end;
+}
+
+void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end)
+{
+	struct sb_pool *pool = buf->pool;
+	uint32_t w;
+
+	pthread_mutex_lock(&pool->pf_lock);
+	/* Compact the ring, dropping what overlaps. */
+	w = pool->pf_head;
+	for (uint32_t r = pool->pf_head; r != pool->pf_tail;
+	     r = (r + 1) % pool->pf_cap) {
+		if (overlaps(&pool->pf[r], buf, first, end))
+			continue;
+		pool->pf[w] = pool->pf[r];
+		w = (w + 1) % pool->pf_cap;
+	}
+	pool->pf_tail = w;
+	while (pool->pf_inflight == buf)
+		pthread_cond_wait(&pool->pf_cond, &pool->pf_lock);
+	pthread_mutex_unlock(&pool->pf_lock);
+}
+
+/* Pages of [first, end) placed, if the buffer lock is free; 0 (count them
+ * all as queued) when a placement holds it: the caller must not wait. */
+static long count_placed(struct sb_buf *buf, size_t first, size_t end)
+{
+	long n = 0;
+
+	if (pthread_mutex_trylock(&buf->lock) != 0)
+		return 0;
+	for (size_t i = first; i < end; i++)
+		n += (buf->pte[i] & SBI_PTE_PID) != 0;
+	pthread_mutex_unlock(&buf->lock);
+	return n;
+}
+
+static void wake_ready(struct sb_pool *pool);
+
+/* Until nothing is queued or in flight for buf. */
+static void wait_all(struct sb_buf *buf)
+{
+	struct sb_pool *pool = buf->pool;
+
+	pthread_mutex_lock(&pool->pf_lock);
+	for (;;) {
+		bool pending = pool->pf_inflight == buf;
+
+		for (uint32_t r = pool->pf_head; r != pool->pf_tail && !pending;
+		     r = (r + 1) % pool->pf_cap)
+			pending = pool->pf[r].buf == buf;
+		if (!pending)
+			break;
+		pthread_mutex_unlock(&pool->pf_lock);
+		wake_ready(pool);
+		pthread_mutex_lock(&pool->pf_lock);
+		if (pool->pf_inflight == buf || pool->pf_head != pool->pf_tail)
+			pthread_cond_wait(&pool->pf_cond, &pool->pf_lock);
+	}
+	pthread_mutex_unlock(&pool->pf_lock);
+}
+
+/* Wake the ready thread if it sleeps long (not while it polls). */
+static void wake_ready(struct sb_pool *pool)
+{
+	pthread_mutex_lock(&pool->lock);
+	if (pool->ready_idle)
+		pthread_cond_signal(&pool->ready_cond);
+	pthread_mutex_unlock(&pool->lock);
+}
+
+bool sbi_prefetch_serve(struct sb_pool *pool)
+{
+	struct sbi_prefetch p;
+
+	pthread_mutex_lock(&pool->pf_lock);
+	if (pool->pf_head == pool->pf_tail) {
+		pthread_mutex_unlock(&pool->pf_lock);
+		return false;
+	}
+	p = pool->pf[pool->pf_head];
+	pool->pf_head = (pool->pf_head + 1) % pool->pf_cap;
+	pool->pf_inflight = p.buf;
+	pthread_mutex_unlock(&pool->pf_lock);
+	pthread_mutex_unlock(&pool->lock);
+	/* Best effort: a failure (budget) surfaces at the caller's own
+	 * sb_buf_map or fault later. */
+	sbi_buf_place(p.buf, p.first, p.end);
+	pthread_mutex_lock(&pool->pf_lock);
+	pool->pf_inflight = NULL;
+	pthread_cond_broadcast(&pool->pf_cond);
+	pthread_mutex_unlock(&pool->pf_lock);
+	pthread_mutex_lock(&pool->lock);
+	return true;
+}
+
+SB_API long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
+			    size_t n, unsigned flags)
+{
+	struct sb_pool *pool;
+	long queued = 0;
+
+	if (!buf || (!ranges && n) || (flags & ~SB_PREFETCH_WAIT))
+		return -EINVAL;
+	if (sbi_pool_check(buf->pool) < 0)
+		return -ECHILD;
+	pool = buf->pool;
+	for (size_t i = 0; i < n; i++)
+		if (ranges[i].off > buf->length ||
+		    ranges[i].len > buf->length - ranges[i].off)
+			return -ERANGE;
+	for (size_t i = 0; i < n; i++) {
+		size_t first, end;
+		long placed;
+
+		if (!ranges[i].len)
+			continue;
+		first = ranges[i].off >> pool->page_shift;
+		end = ((ranges[i].off + ranges[i].len - 1) >> pool->page_shift) + 1;
+		placed = count_placed(buf, first, end);
+		if ((size_t)placed == end - first)
+			continue;
+		if (flags & SB_PREFETCH_WAIT) {
+			long r = sbi_buf_place(buf, first, end);
+
+			if (r < 0)
+				return r;
+			queued += r;
+			continue;
+		}
+		pthread_mutex_lock(&pool->pf_lock);
+		if ((pool->pf_tail + 1) % pool->pf_cap != pool->pf_head) {
+			pool->pf[pool->pf_tail] =
+				(struct sbi_prefetch){buf, first, end};
+			pool->pf_tail = (pool->pf_tail + 1) % pool->pf_cap;
+			queued += (long)(end - first) - placed;
+		}
+		pthread_mutex_unlock(&pool->pf_lock);
+		/* A racy read is fine here: a missed flag costs at most one
+		 * poll period of the ready thread. */
+		sbi_pool_note_caller(pool);
+		if (__atomic_load_n(&pool->ready_idle, __ATOMIC_RELAXED))
+			wake_ready(pool);
+	}
+	if (flags & SB_PREFETCH_WAIT)
+		wait_all(buf);
+	return queued;
+}

@@ -1,0 +1,136 @@
+/* The pool: heaps added on shortfall and released once empty (one spare
+ * kept, trim gives back everything), the budget enforced all or nothing
+ * with resident memory never above it, and a reserve of ready pages built
+ * in the background and counted in bytes_resident. */
+#include "harness.h"
+
+#define PAGE (256 * KiB)
+
+static int child(const char *name)
+{
+	(void)name;
+	return 2;
+}
+
+static void heaps_come_and_go(void)
+{
+	/* 1 MiB heaps: four pages each. */
+	struct sb_pool *p = make_pool(PAGE, 1 * MiB, 0);
+	struct sb_buf *b = make_buf(p, 1 * GiB, 0);
+	struct sb_stats st;
+
+	CHECK_EQ(stats(p).heaps, 0);	/* nothing until needed */
+	CHECK_EQ(sb_buf_map(b, 0, 10 * PAGE), 10);
+	st = stats(p);
+	CHECK(st.heaps >= 3);
+	CHECK(st.bytes_resident >= 10 * PAGE);
+	VERIFY(p);
+	CHECK_EQ(sb_buf_unmap(b, 0, 10 * PAGE), 10);
+	/* The ready thread releases empty heaps (keeping one spare) on its
+	 * next tick. */
+	WAIT_FOR(stats(p).heaps <= 1, 5.0);
+	st = stats(p);
+	CHECK(st.heaps <= 1);
+	CHECK_EQ(st.pages_used, 0);
+	CHECK(sb_pool_trim(p) >= 0);
+	st = stats(p);
+	CHECK_EQ(st.heaps, 0);
+	CHECK_EQ(st.bytes_resident, 0);
+	CHECK_EQ(st.pages_ready, 0);
+	VERIFY(p);
+	sb_buf_destroy(b);
+	sb_pool_destroy(p);
+}
+
+static void budget(void)
+{
+	struct sb_pool *p = make_pool(PAGE, 4 * MiB, 10 * PAGE);
+	struct sb_buf *b = make_buf(p, 1 * GiB, 0);
+	struct sb_buf *c = make_buf(p, 1 * GiB, 0);
+	struct sb_stats st;
+
+	st = stats(p);
+	CHECK_EQ(st.max_bytes, 10 * PAGE);
+	CHECK_EQ(sb_buf_map(b, 0, 8 * PAGE), 8);
+	/* [6, 12) has four unplaced pages, two of budget left: nothing. */
+	CHECK_EQ(sb_buf_map(b, 6 * PAGE, 6 * PAGE), -ENOMEM);
+	CHECK_EQ(sb_buf_placed(b, 0, 1 * GiB), 8);
+	st = stats(p);
+	CHECK_EQ(st.pages_used, 8);
+	CHECK_EQ(st.maps, 8);
+	CHECK(st.bytes_resident <= 10 * PAGE);
+	/* Exactly the budget works; one more does not. */
+	CHECK_EQ(sb_buf_map(c, 0, 2 * PAGE), 2);
+	CHECK_EQ(sb_buf_map(c, 2 * PAGE, 1), -ENOMEM);
+	CHECK(stats(p).bytes_resident <= 10 * PAGE);
+	/* Release, and the budget is there again, reserve or not. */
+	CHECK_EQ(sb_buf_unmap(b, 0, 8 * PAGE), 8);
+	CHECK_EQ(sb_buf_map(c, 2 * PAGE, 8 * PAGE), 8);
+	for (int i = 0; i < 50; i++) {
+		CHECK(stats(p).bytes_resident <= 10 * PAGE);
+		usleep(1000);
+	}
+	VERIFY(p);
+	sb_buf_destroy(b);
+	sb_buf_destroy(c);
+	sb_pool_destroy(p);
+}
+
+static void reserve(void)
+{
+	struct sb_pool *p = make_pool(PAGE, 64 * MiB, 0);
+	struct sb_buf *b = make_buf(p, 1 * GiB, 0);
+	struct sb_stats st;
+
+	/* After the first placement the ready thread prepares the pages
+	 * this buffer will need next, off the caller's thread. */
+	CHECK_EQ(sb_buf_map(b, 0, PAGE), 1);
+	WAIT_FOR(stats(p).pages_ready >= 2, 5.0);
+	st = stats(p);
+	CHECK(st.pages_ready >= 2);
+	/* Ready pages are memory the pool holds: counted as resident. */
+	CHECK(st.bytes_resident >= (st.pages_used + st.pages_ready) * PAGE);
+	/* The next placement uses one of them: no preparation needed. */
+	CHECK_EQ(sb_buf_map(b, PAGE, PAGE), 1);
+	CHECK_EQ(stats(p).sync_prepares, st.sync_prepares);
+	VERIFY(p);
+	sb_buf_destroy(b);
+	sb_pool_destroy(p);
+}
+
+/* A client that knows its bursts raises the reserve's floor. */
+static void reserve_floor(void)
+{
+	struct sb_pool *p = make_pool(PAGE, 64 * MiB, 0);
+	struct sb_pool *q = make_pool(PAGE, 64 * MiB, 4 * PAGE);
+	struct sb_buf *b = make_buf(p, 1 * GiB, 0);
+
+	CHECK_EQ(sb_pool_reserve(NULL, 1), -EINVAL);
+	CHECK_EQ(sb_pool_reserve(p, 0), 0);
+	CHECK_EQ(sb_buf_map(b, 0, PAGE), 1);	/* the pool is active */
+	CHECK_EQ(sb_pool_reserve(p, 12 * PAGE - 1), 12 * PAGE);	/* rounds up */
+	WAIT_FOR(stats(p).pages_ready >= 12, 5.0);
+	CHECK(stats(p).pages_ready >= 12);
+	CHECK_EQ(sb_pool_reserve(p, -100 * (long)PAGE), 0);	/* floors at 0 */
+	/* Never past the budget: 4 pages, one in use. */
+	b = make_buf(q, 1 * GiB, 0);
+	CHECK_EQ(sb_buf_map(b, 0, PAGE), 1);
+	CHECK_EQ(sb_pool_reserve(q, 16 * PAGE), 16 * PAGE);
+	usleep(300000);
+	CHECK(stats(q).bytes_resident <= 4 * PAGE);
+	CHECK_EQ(sb_buf_map(b, PAGE, 3 * PAGE), 3);	/* the budget is usable */
+	VERIFY(q);
+	sb_pool_destroy(q);
+	sb_pool_destroy(p);
+}
+
+static int main_test(void)
+{
+	require_uffd();
+	heaps_come_and_go();
+	budget();
+	reserve();
+	reserve_floor();
+	printf("pool: heaps, budget and reserve ok\n");
+	return 0;
+}
