@@ -230,6 +230,11 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 void sbi_pool_ref(struct sb_pool *pool, const sbi_pid *pids, size_t n);
 void sbi_pool_put(struct sb_pool *pool, const sbi_pid *pids, size_t n);
 uint32_t sbi_pool_refs(struct sb_pool *pool, sbi_pid p);
+/* A free page leaves its free state (for USED or BUSY): its counter goes
+ * down, an unbacked one becomes resident. Returns the state it had.
+ * pool->lock held. */
+enum sbi_page_state sbi_page_unfree(struct sb_pool *pool, struct sbi_heap *h,
+				    uint32_t i);
 /* Run sites and heaps, for the ready thread; pool->lock held. */
 uint32_t sbi_run_pages(const struct sb_pool *pool);
 bool sbi_pool_find_site(struct sb_pool *pool, uint32_t want,

@@ -188,13 +188,12 @@ static int claim_run(struct sb_pool *pool, struct sb_buf *buf, uint32_t want,
 
 enum prep { PREP_NONE, PREP_ZERO, PREP_BACK };
 
-/* Take free page i of h for one holder; pool->lock held. */
-static enum prep take_page(struct sb_pool *pool, struct sbi_heap *h,
-			   uint32_t i)
+enum sbi_page_state sbi_page_unfree(struct sb_pool *pool, struct sbi_heap *h,
+				    uint32_t i)
 {
-	enum prep prep = PREP_NONE;
+	enum sbi_page_state st = (enum sbi_page_state)h->state[i];
 
-	switch (h->state[i]) {
+	switch (st) {
 	case SBI_PG_READY:
 		h->nready--;
 		pool->ready--;
@@ -202,13 +201,23 @@ static enum prep take_page(struct sb_pool *pool, struct sbi_heap *h,
 	case SBI_PG_DIRTY:
 		h->ndirty--;
 		pool->dirty--;
-		prep = PREP_ZERO;
 		break;
-	default:
+	default:	/* UNBACKED: about to get memory */
 		pool->resident++;
-		prep = PREP_BACK;
 		break;
 	}
+	return st;
+}
+
+/* Take free page i of h for one holder; pool->lock held. */
+static enum prep take_page(struct sb_pool *pool, struct sbi_heap *h,
+			   uint32_t i)
+{
+	enum sbi_page_state st = sbi_page_unfree(pool, h, i);
+	enum prep prep = st == SBI_PG_READY   ? PREP_NONE
+			 : st == SBI_PG_DIRTY ? PREP_ZERO
+					      : PREP_BACK;
+
 	h->state[i] = SBI_PG_USED;
 	h->refs[i] = 1;
 	h->owner[i] = 0;

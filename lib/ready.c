@@ -61,19 +61,7 @@ static bool ring_pop(struct sbi_ring *q, sbi_pid *p)
 
 static void set_busy(struct sb_pool *pool, struct sbi_heap *h, uint32_t i)
 {
-	switch (h->state[i]) {
-	case SBI_PG_READY:
-		h->nready--;
-		pool->ready--;
-		break;
-	case SBI_PG_DIRTY:
-		h->ndirty--;
-		pool->dirty--;
-		break;
-	default:	/* UNBACKED: about to be backed */
-		pool->resident++;
-		break;
-	}
+	sbi_page_unfree(pool, h, i);
 	h->state[i] = SBI_PG_BUSY;
 	h->nbusy++;
 }

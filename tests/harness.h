@@ -154,8 +154,9 @@ static inline double now_s(void)
 			usleep(1000);                                        \
 	} while (0)
 
-/* Lines of /proc/self/maps inside [lo, hi): mappings of a buffer. */
-static inline long maps_in(const void *lo, size_t len)
+/* Lines of /proc/self/maps that overlap [lo, lo + len) (len 0: any) and
+ * contain `what` (NULL: any). */
+static inline long maps_count(const void *lo, size_t len, const char *what)
 {
 	uintptr_t a, b, l = (uintptr_t)lo, h = l + len;
 	char line[512];
@@ -164,26 +165,30 @@ static inline long maps_in(const void *lo, size_t len)
 
 	if (!f)
 		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "%lx-%lx", &a, &b) == 2 && a < h && b > l)
-			n++;
+	while (fgets(line, sizeof(line), f)) {
+		if (len && (sscanf(line, "%lx-%lx", &a, &b) != 2 || a >= h ||
+			    b <= l))
+			continue;
+		n += !what || strstr(line, what) != NULL;
+	}
 	fclose(f);
 	return n;
 }
 
-/* Lines of /proc/self/maps that contain `what`. */
+/* Mappings of a buffer; mappings named `what`; all mappings. */
+static inline long maps_in(const void *lo, size_t len)
+{
+	return maps_count(lo, len, NULL);
+}
+
 static inline long maps_named(const char *what)
 {
-	char line[512];
-	long n = 0;
-	FILE *f = fopen("/proc/self/maps", "r");
+	return maps_count(NULL, 0, what);
+}
 
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, what) != NULL;
-	fclose(f);
-	return n;
+static inline long maps_total(void)
+{
+	return maps_count(NULL, 0, NULL);
 }
 
 /* ThreadSanitizer confines mappings to its application ranges (about
@@ -200,20 +205,6 @@ static inline long maps_named(const char *what)
 #else
 #define MAPS_SLACK 4
 #endif
-
-static inline long maps_total(void)
-{
-	char line[512];
-	long n = 0;
-	FILE *f = fopen("/proc/self/maps", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		n++;
-	fclose(f);
-	return n;
-}
 
 static const char *self_exe;
 

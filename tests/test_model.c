@@ -325,6 +325,48 @@ static int main_test(void)
 			CHECK_EQ(v, ref[i]);
 		}
 	}
+	/* -z: text through a llama2.c tokenizer file (a synthetic one:
+	 * token i is "<i>", and 300 is the raw byte 'A'). */
+	{
+		char tok[] = "/tmp/sbrun-test-tokXXXXXX", args[256];
+		int fd = mkstemp(tok), maxlen = 16;
+		FILE *f = fdopen(fd, "wb");
+
+		CHECK(f != NULL);
+		fwrite(&maxlen, sizeof(int), 1, f);
+		for (int i = 0; i < m.c.vocab_size; i++) {
+			char piece[32];
+			float score = 0;
+			int len = i == 300 ? snprintf(piece, sizeof(piece),
+						      "<0x41>")
+					   : snprintf(piece, sizeof(piece),
+						      "<%d>", i);
+
+			fwrite(&score, sizeof(float), 1, f);
+			fwrite(&len, sizeof(int), 1, f);
+			fwrite(piece, 1, (size_t)len, f);
+		}
+		fclose(f);
+		snprintf(args, sizeof(args), "-n 20 -t 0 -z %s", tok);
+		run_sbrun(sbrun, args, o2, sizeof(o2));
+		unlink(tok);
+		printf("with -z: %s", o2);
+		/* The text is the greedy ids, each decoded. */
+		run_sbrun(sbrun, "-n 20 -t 0 --ids", o1, sizeof(o1));
+		{
+			char want[4096] = "", *p = o1;
+			size_t w = 0;
+
+			for (int i = 0; i < 19; i++) {
+				long id = strtol(p, &p, 10);
+
+				w += (size_t)snprintf(want + w, sizeof(want) - w,
+						      id == 300 ? "A" : "<%ld>",
+						      id);
+			}
+			CHECK(strncmp(o2, want, w) == 0);
+		}
+	}
 	run_sbrun(sbrun, "-n 64 -t 0.9 -s 42 --ids --kv sparse", o1,
 		  sizeof(o1));
 	run_sbrun(sbrun, "-n 64 -t 0.9 -s 42 --ids --kv dense", o2,
