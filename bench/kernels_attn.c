@@ -391,8 +391,8 @@ static int run_batch(struct model *m, struct region *r)
 	printf("one sbk_attn_decode_batch of %d layers per step, "
 	       "position-major; best and median of %d steps\n\n",
 	       batch_layers, reps);
-	printf("%6s %-5s %-10s %3s | %8s %6s | %8s %6s\n", "ctx", "kv",
-	       "isa", "thr", "best ms", "GB/s", "med ms", "GB/s");
+	printf("%6s %-5s %-10s %3s | %8s %6s | %8s %6s\n", "ctx", "kv", "isa",
+	       "thr", "best ms", "GB/s", "med ms", "GB/s");
 	for (int di = 0; di < n_dt; di++) {
 		enum sbk_dtype dt = (enum sbk_dtype)dts[di];
 

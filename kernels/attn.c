@@ -106,6 +106,43 @@ struct dec_job {
 	atomic_int err;
 };
 
+/*
+ * Software prefetch: each attn_block call is given the K and V rows of the
+ * next call of its item (the next KV head of the block, or the first head
+ * of the next block) and prefetches them into L1 while it computes, a few
+ * rows per batch of scores (attn_*.c). Without it a call's loads miss
+ * when it starts: the hardware prefetchers follow these strided rows (256
+ * of every 2048 bytes per head, position-major) only partly, and the
+ * out-of-order window covers a few positions, so the FMA-bound compute
+ * and the memory reads ran mostly one after the other. 36-layer bf16
+ * batch, Qwen3-4B, 2 threads: 12-14 -> 17-20 GB/s at 4k positions.
+ * Prefetching two calls ahead measured slower, four slower still, and one
+ * burst of prefetches before each call slower than spreading them.
+ * Prefetches stay inside the item's chunk, so inside [pos_start,
+ * pos_end).
+ */
+#define PF_AHEAD 1
+
+/* Point b's prefetch block at the rows of the call PF_AHEAD after the one
+ * for (block p, head h) in the item's order (heads h0..h1 - 1 inner,
+ * blocks up to c1 outer); none past the item's end. */
+static void next_block(struct sbki_attn_blk *b, const struct sbk_kv *kv,
+		       size_t es, int h0, int h1, size_t c1, size_t p, int h)
+{
+	int n = h - h0 + PF_AHEAD;
+	size_t pn = p + (size_t)(n / (h1 - h0)) * SBKI_ATTN_BLOCK;
+	size_t off;
+
+	h = h0 + n % (h1 - h0);
+	b->pnp = 0;
+	if (pn >= c1)
+		return;
+	b->pnp = c1 - pn < SBKI_ATTN_BLOCK ? (int)(c1 - pn) : SBKI_ATTN_BLOCK;
+	off = (pn * kv->pos_stride + h * kv->head_stride) * es;
+	b->pk = (const char *)kv->k + off;
+	b->pv = (const char *)kv->v + off;
+}
+
 static void dec_item(void *ctx, int i)
 {
 	struct dec_job *j = ctx;
@@ -157,6 +194,7 @@ static void dec_item(void *ctx, int i)
 
 			b.k = (const char *)kv->k + off;
 			b.v = (const char *)kv->v + off;
+			next_block(&b, kv, es, h0, h1, c1, p, h);
 			b.q = s->q + (size_t)h * g * hd;
 			b.m = m + h * g;
 			b.l = l + h * g;

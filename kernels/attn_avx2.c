@@ -85,16 +85,45 @@ SBKI_INLINE void scores_rp(const struct sbki_attn_blk *b, int r0, int p,
 		s[i * B] = v8_sum(a[i]) * b->scale;
 }
 
+/* Prefetch rows [p0, p1) of the next call's K and V into L1, as
+ * attn_avx512.c does (see there). */
+SBKI_INLINE void prefetch_rows(const struct sbki_attn_blk *b, int p0, int p1,
+			       const enum sbk_dtype t)
+{
+	const size_t es = sbki_dtype_size(t), rb = (size_t)b->hd * es;
+
+	p1 = p1 < b->pnp ? p1 : b->pnp;
+	for (int p = p0; p < p1; p++) {
+		size_t at = (size_t)p * b->stride * es;
+		const char *k = (const char *)b->pk + at;
+		const char *v = (const char *)b->pv + at;
+
+		for (size_t x = 0; x < rb; x += 64) {
+			_mm_prefetch(k + x, _MM_HINT_T0);
+			_mm_prefetch(v + x, _MM_HINT_T0);
+		}
+	}
+}
+
 SBKI_INLINE void scores(const struct sbki_attn_blk *b, int r0, const int R,
 			const enum sbk_dtype t)
 {
+	const int pf = !r0 && b->pnp;
 	int p = 0;
 
 	if (R != 3)
-		for (; p + 8 / R <= b->np; p += 8 / R)
+		for (; p + 8 / R <= b->np; p += 8 / R) {
 			scores_rp(b, r0, p, R, 8 / R, t);
-	for (; p < b->np; p++)
+			if (pf)
+				prefetch_rows(b, p, p + 8 / R, t);
+		}
+	for (; p < b->np; p++) {
 		scores_rp(b, r0, p, R, 1, t);
+		if (pf)
+			prefetch_rows(b, p, p + 1, t);
+	}
+	if (pf && p < b->pnp)
+		prefetch_rows(b, p, b->pnp, t);
 }
 
 /* Fold row r's scores into its m and l; leave the weights 2^(s - m) in

@@ -13,8 +13,13 @@
  *
  * With 16 KV positions converted per 64 FMAs the loop is FMA-bound: about
  * 31 ns per position and KV head (4 rows, head_dim 128) from L2 on the
- * 2.4 GHz development VM. Converting bf16 pairs with one shift and one
- * mask instead of zero-extend and shift measured no faster.
+ * 2.4 GHz development VM, which retires only ~1.9 G 512-bit FMAs/s per
+ * core: 64 per position and head is ~34 ns, so ~15 GB/s of bf16 KV per
+ * thread is the compute ceiling. Measured no faster (bf16, from L2):
+ * converting bf16 pairs with one shift and one mask instead of
+ * zero-extend and shift (q and acc permuted to match); the same on 256-bit
+ * vectors with the conversion on port 5 (the VM does 4.8 G 256-bit
+ * FMAs/s, yet the kernel ran ~15% slower).
  */
 #include "simd_avx512.h"
 
@@ -51,172 +56,6 @@ SBKI_INLINE __m512 sum16(const __m512 *a)
 						    _mm512_castps_pd(d[1]))),
 		_mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(d[0]),
 						    _mm512_castps_pd(d[1]))));
-}
-
-/*
- * bf16 in pairs: a 512-bit load of 32 bf16 values holds dim 2i in the low
- * half of 32-bit lane i and dim 2i + 1 in the high half. As f32, dim 2i is
- * the lane shifted left by 16 and dim 2i + 1 the lane with its low half
- * cleared: one instruction per 16 values (and one load per 32) instead of
- * a zero-extending load and a shift per 16, which both compete with the
- * FMAs for ports 0 and 5. The dims come out split into evens and odds, so
- * q is permuted the same way once per block (pair_q), and the V
- * accumulators are permuted into that order when loaded and back when
- * stored (once per block as well).
- */
-SBKI_INLINE __m512 bf16_even(__m512i x)
-{
-	return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-}
-
-SBKI_INLINE __m512 bf16_odd(__m512i x)
-{
-	return _mm512_castsi512_ps(
-		_mm512_and_si512(x, _mm512_set1_epi32((int)0xffff0000u)));
-}
-
-/* Indices for _mm512_permutex2var_ps: dims 0..15 in a and 16..31 in b to
- * evens (EVEN) or odds (ODD); evens in a and odds in b back to dims 0..15
- * (LO) or 16..31 (HI). */
-#define PAIR_EVEN                                                              \
-	_mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,  \
-			 2, 0)
-#define PAIR_ODD                                                               \
-	_mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5,  \
-			 3, 1)
-#define PAIR_LO                                                                \
-	_mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16,  \
-			 0)
-#define PAIR_HI                                                                \
-	_mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25,   \
-			 9, 24, 8)
-
-/* qp = the R rows of q from r0, each 32 dims as 16 evens then 16 odds. */
-SBKI_INLINE void pair_q(float *qp, const struct sbki_attn_blk *b, int r0,
-			const int R)
-{
-	const float *q = b->q + (size_t)r0 * b->hd;
-
-	for (int d = 0; d < R * b->hd; d += 32) {
-		__m512 x = _mm512_loadu_ps(q + d), y = _mm512_loadu_ps(q + d + 16);
-
-		_mm512_storeu_ps(qp + d, _mm512_permutex2var_ps(x, PAIR_EVEN, y));
-		_mm512_storeu_ps(qp + d + 16,
-				 _mm512_permutex2var_ps(x, PAIR_ODD, y));
-	}
-}
-
-/* scores_rp for bf16, head_dim a multiple of 32, q from pair_q. */
-SBKI_INLINE void scores_pairs(const struct sbki_attn_blk *b, const float *qp,
-			      int r0, int p, const int R, const int P)
-{
-	const int hd = b->hd, wide = R * P == 16;
-	const uint16_t *k = (const uint16_t *)b->k + (size_t)p * b->stride;
-	float *s = b->s + (size_t)r0 * B + p;
-	__m512 a[16], ke[16], ko[16], scale = _mm512_set1_ps(b->scale);
-
-#define ACC(i, j)                                                              \
-	a[wide ? 4 * (((i)*P + (j)) % 4) + ((i)*P + (j)) / 4 : (i)*P + (j)]
-#pragma GCC unroll 16
-	for (int j = 0; j < 16; j++)
-		a[j] = _mm512_setzero_ps();
-	for (int d = 0; d < hd; d += 32) {
-#pragma GCC unroll 16
-		for (int j = 0; j < P; j++) {
-			__m512i x = _mm512_loadu_si512(k + j * b->stride + d);
-
-			ke[j] = bf16_even(x);
-			ko[j] = bf16_odd(x);
-		}
-#pragma GCC unroll 4
-		for (int i = 0; i < R; i++) {
-			__m512 qe = _mm512_loadu_ps(qp + i * hd + d);
-			__m512 qo = _mm512_loadu_ps(qp + i * hd + d + 16);
-
-#pragma GCC unroll 16
-			for (int j = 0; j < P; j++)
-				ACC(i, j) = _mm512_fmadd_ps(
-					qo, ko[j],
-					_mm512_fmadd_ps(qe, ke[j], ACC(i, j)));
-		}
-	}
-#undef ACC
-	if (wide) {
-		float out[16];
-
-		_mm512_storeu_ps(out, _mm512_mul_ps(sum16(a), scale));
-#pragma GCC unroll 4
-		for (int i = 0; i < R; i++)
-			memcpy(s + i * B, out + i * P, P * sizeof(float));
-		return;
-	}
-#pragma GCC unroll 4
-	for (int i = 0; i < R; i++)
-		s[i * B] = _mm512_reduce_add_ps(a[i]) * b->scale;
-}
-
-/* accum for bf16, head_dim a multiple of 32: G groups of 32 dims from d,
- * each held as evens and odds (2 * R * G <= 16 chains). */
-SBKI_INLINE void accum_pairs(const struct sbki_attn_blk *b, int r0,
-			     const int R, const float *alpha, int d,
-			     const int G)
-{
-	const float *w = b->s + (size_t)r0 * B;
-	const uint16_t *v = (const uint16_t *)b->v + d;
-	float *acc = b->acc + (size_t)r0 * b->hd + d;
-	__m512 a[16], ve[4], vo[4];
-
-#pragma GCC unroll 4
-	for (int i = 0; i < R; i++) {
-		__m512 al = _mm512_set1_ps(alpha[i]);
-
-#pragma GCC unroll 4
-		for (int g = 0; g < G; g++) {
-			const float *o = acc + i * b->hd + 32 * g;
-			__m512 x = _mm512_loadu_ps(o);
-			__m512 y = _mm512_loadu_ps(o + 16);
-
-			a[2 * (i * G + g)] = _mm512_mul_ps(
-				_mm512_permutex2var_ps(x, PAIR_EVEN, y), al);
-			a[2 * (i * G + g) + 1] = _mm512_mul_ps(
-				_mm512_permutex2var_ps(x, PAIR_ODD, y), al);
-		}
-	}
-	for (int p = 0; p < b->np; p++) {
-#pragma GCC unroll 4
-		for (int g = 0; g < G; g++) {
-			__m512i x = _mm512_loadu_si512(
-				v + (size_t)p * b->stride + 32 * g);
-
-			ve[g] = bf16_even(x);
-			vo[g] = bf16_odd(x);
-		}
-#pragma GCC unroll 4
-		for (int i = 0; i < R; i++) {
-			__m512 wv = _mm512_set1_ps(w[i * B + p]);
-
-#pragma GCC unroll 4
-			for (int g = 0; g < G; g++) {
-				a[2 * (i * G + g)] = _mm512_fmadd_ps(
-					wv, ve[g], a[2 * (i * G + g)]);
-				a[2 * (i * G + g) + 1] = _mm512_fmadd_ps(
-					wv, vo[g], a[2 * (i * G + g) + 1]);
-			}
-		}
-	}
-#pragma GCC unroll 4
-	for (int i = 0; i < R; i++)
-#pragma GCC unroll 4
-		for (int g = 0; g < G; g++) {
-			float *o = acc + i * b->hd + 32 * g;
-			__m512 e = a[2 * (i * G + g)];
-			__m512 od = a[2 * (i * G + g) + 1];
-
-			_mm512_storeu_ps(o, _mm512_permutex2var_ps(e, PAIR_LO,
-								  od));
-			_mm512_storeu_ps(o + 16, _mm512_permutex2var_ps(
-							 e, PAIR_HI, od));
-		}
 }
 
 /* s[r][p] = scale * dot(q[r], k[p]) for the R rows from r0 and the P
@@ -285,16 +124,50 @@ SBKI_INLINE void scores_rp(const struct sbki_attn_blk *b, int r0, int p,
 		s[i * B] = _mm512_reduce_add_ps(a[i]) * b->scale;
 }
 
+/* Prefetch rows [p0, p1) of the prefetch block's K and V (b->pk, b->pv)
+ * into L1, where the next call will read them. */
+SBKI_INLINE void prefetch_rows(const struct sbki_attn_blk *b, int p0, int p1,
+			       const enum sbk_dtype t)
+{
+	const size_t es = sbki_dtype_size(t), rb = (size_t)b->hd * es;
+
+	p1 = p1 < b->pnp ? p1 : b->pnp;
+	for (int p = p0; p < p1; p++) {
+		size_t at = (size_t)p * b->stride * es;
+		const char *k = (const char *)b->pk + at;
+		const char *v = (const char *)b->pv + at;
+
+		for (size_t x = 0; x < rb; x += 64) {
+			_mm_prefetch(k + x, _MM_HINT_T0);
+			_mm_prefetch(v + x, _MM_HINT_T0);
+		}
+	}
+}
+
+/* Scores of every position for the R rows from r0. The first group of
+ * rows also prefetches the next call's K and V rows, a few with each
+ * batch of positions: spread over the work, the requests keep the line
+ * fill buffers busy without a burst that would stall this block's own
+ * loads (a burst of all of them before the call measured slower). */
 SBKI_INLINE void scores(const struct sbki_attn_blk *b, int r0, const int R,
 			const enum sbk_dtype t)
 {
+	const int pf = !r0 && b->pnp;
 	int p = 0;
 
 	if (R != 3)
-		for (; p + 16 / R <= b->np; p += 16 / R)
+		for (; p + 16 / R <= b->np; p += 16 / R) {
 			scores_rp(b, r0, p, R, 16 / R, t);
-	for (; p < b->np; p++)
+			if (pf)
+				prefetch_rows(b, p, p + 16 / R, t);
+		}
+	for (; p < b->np; p++) {
 		scores_rp(b, r0, p, R, 1, t);
+		if (pf)
+			prefetch_rows(b, p, p + 1, t);
+	}
+	if (pf && p < b->pnp)
+		prefetch_rows(b, p, b->pnp, t);
 }
 
 /* Fold row r's scores into its m and l; leave the weights 2^(s - m) in
@@ -386,26 +259,6 @@ SBKI_INLINE void group(const struct sbki_attn_blk *b, int r0, const int R,
 	float alpha[4];
 	int d = 0;
 
-	if (t == SBK_BF16 && !(hd & 31)) {
-		float qp[4 * SBK_MAX_HEAD_DIM];
-		const int G = R >= 3 ? 2 : 4;
-		int p = 0;
-
-		pair_q(qp, b, r0, R);
-		if (R != 3)
-			for (; p + 16 / R <= b->np; p += 16 / R)
-				scores_pairs(b, qp, r0, p, R, 16 / R);
-		for (; p < b->np; p++)
-			scores_pairs(b, qp, r0, p, R, 1);
-#pragma GCC unroll 4
-		for (int i = 0; i < R; i++)
-			alpha[i] = update(b, r0 + i);
-		for (; d + 32 * G <= hd; d += 32 * G)
-			accum_pairs(b, r0, R, alpha, d, G);
-		for (; d < hd; d += 32)
-			accum_pairs(b, r0, R, alpha, d, 1);
-		return;
-	}
 	scores(b, r0, R, t);
 #pragma GCC unroll 4
 	for (int i = 0; i < R; i++)
@@ -437,24 +290,8 @@ SBKI_INLINE void block(const struct sbki_attn_blk *b, const enum sbk_dtype t)
 	}
 }
 
-#ifdef TOUCH_ONLY
-static volatile float touch_sink;
-#endif
 void sbki_attn_block_avx512(const struct sbki_attn_blk *b)
 {
-#ifdef TOUCH_ONLY
-	{
-		__m512 x = _mm512_setzero_ps();
-		for (int p = 0; p < b->np; p++)
-			for (int d = 0; d < b->hd; d += 32)
-				x = _mm512_add_ps(x, _mm512_loadu_ps((const uint16_t *)b->k + p * b->stride + d));
-		for (int p = 0; p < b->np; p++)
-			for (int d = 0; d < b->hd; d += 32)
-				x = _mm512_add_ps(x, _mm512_loadu_ps((const uint16_t *)b->v + p * b->stride + d));
-		touch_sink = _mm512_reduce_add_ps(x);
-		return;
-	}
-#endif
 	switch (b->dtype) {
 	case SBK_F32:
 		block(b, SBK_F32);

@@ -71,6 +71,11 @@ struct sbki_attn_blk {
 	float *l;	/* (nr) running sum of 2^(s - m) */
 	float *acc;	/* (nr, hd) running sum of 2^(s - m) v */
 	float *s;	/* (nr, SBKI_ATTN_BLOCK) scratch */
+	/* The K and V rows (same stride, hd, dtype) of a later block of this
+	 * work item, to prefetch while this one is computed; pnp 0: none. A
+	 * hint only: a variant may ignore it. */
+	const void *pk, *pv;
+	int pnp;
 };
 
 /* The inner loops of one instruction set. Row ranges of the matrix
