@@ -35,7 +35,21 @@ static int check_buf(const struct sb_buf *buf)
 
 static sbi_pid pte_pid(uint64_t pte)
 {
-	return (sbi_pid)(pte & SBI_PTE_PID);	/* pid + 1, or 0 */
+	return sbi_pte_pid(pte);	/* pid + 1, or 0 */
+}
+
+/* Nothing there: no page, no data on disk, no failed read. A page
+ * poisoned by a failed zero-fill counts as empty (a map places one). */
+static bool empty(uint64_t pte)
+{
+	return !pte_pid(pte) &&
+	       !(pte & (SBI_PTE_DISK | SBI_PTE_IOERR | SBI_PTE_KEEP));
+}
+
+static bool disk_used(struct sb_buf *buf)
+{
+	return buf->src || atomic_load_explicit(&buf->disk_used,
+						memory_order_relaxed);
 }
 
 static void count(_Atomic uint64_t *c, uint64_t n)
@@ -94,7 +108,7 @@ static struct sb_buf *fail(int *err, int e)
 }
 
 /* Reserve len bytes aligned to align (a power of two >= 4 KiB). */
-static char *reserve(size_t len, size_t align)
+static char *reserve(size_t len, size_t align, int prot)
 {
 	size_t slack = align - 4096;
 	char *p, *aligned;
@@ -102,7 +116,7 @@ static char *reserve(size_t len, size_t align)
 	if (len > SIZE_MAX - slack)
 		return NULL;
 	SBI_MAP_BEGIN();	/* a terabyte of shadow to reset, not write */
-	p = mmap(NULL, len + slack, PROT_READ | PROT_WRITE,
+	p = mmap(NULL, len + slack, prot,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	SBI_MAP_END();
 	if (p == MAP_FAILED)
@@ -115,15 +129,19 @@ static char *reserve(size_t len, size_t align)
 	return aligned;
 }
 
-SB_API struct sb_buf *sb_buf_create(struct sb_pool *pool, size_t length,
-				    unsigned flags, int *err)
+struct sb_buf *sbi_buf_create(struct sb_pool *pool, size_t length,
+			      unsigned flags, struct sbi_src *src, int *err)
 {
 	struct sb_buf *buf;
 	size_t len;
 	int r;
 
-	if (!pool || !length || (flags & ~SB_BUF_STRICT))
+	if (!pool || !length)
 		return fail(err, -EINVAL);
+	/* Eviction write-protects pages while it writes them out. */
+	if ((flags & SB_BUF_EVICTABLE) && !(flags & SBI_BUF_RO) &&
+	    !pool->can_wp)
+		return fail(err, -EOPNOTSUPP);
 	if ((r = sbi_pool_check(pool)) < 0)
 		return fail(err, r);
 	if (length > SIZE_MAX - (pool->page_size - 1))
@@ -136,6 +154,7 @@ SB_API struct sb_buf *sb_buf_create(struct sb_pool *pool, size_t length,
 	buf->length = len;
 	buf->npages = len >> pool->page_shift;
 	buf->flags = flags;
+	buf->src = src;
 	pthread_mutex_init(&buf->lock, NULL);
 	buf->pte = sbi_meta_alloc(buf->npages * sizeof(*buf->pte), false);
 	if (!buf->pte) {
@@ -143,7 +162,9 @@ SB_API struct sb_buf *sb_buf_create(struct sb_pool *pool, size_t length,
 		goto out_free;
 	}
 	pthread_rwlock_rdlock(&pool->layout);
-	buf->base = reserve(len, pool->page_size);
+	buf->base = reserve(len, pool->page_size,
+			    flags & SBI_BUF_RO ? PROT_READ
+					       : PROT_READ | PROT_WRITE);
 	if (!buf->base) {
 		r = -ENOMEM;
 		goto out_unlock;
@@ -162,6 +183,8 @@ SB_API struct sb_buf *sb_buf_create(struct sb_pool *pool, size_t length,
 	if (r < 0)
 		goto out_unmap;
 	pthread_rwlock_unlock(&pool->layout);
+	if (flags & (SB_BUF_EVICTABLE | SBI_BUF_RO))
+		atomic_fetch_add(&pool->n_evictable, 1);
 	return buf;
 out_unmap:
 	munmap(buf->base, len);
@@ -172,6 +195,14 @@ out_free:
 	pthread_mutex_destroy(&buf->lock);
 	free(buf);
 	return fail(err, r);
+}
+
+SB_API struct sb_buf *sb_buf_create(struct sb_pool *pool, size_t length,
+				    unsigned flags, int *err)
+{
+	if (flags & ~(SB_BUF_STRICT | SB_BUF_EVICTABLE))
+		return fail(err, -EINVAL);
+	return sbi_buf_create(pool, length, flags, NULL, err);
 }
 
 /* Collect the page references of [first, end) into pids (page-table form)
@@ -206,9 +237,16 @@ SB_API void sb_buf_destroy(struct sb_buf *buf)
 	pthread_rwlock_wrlock(&pool->reg_lock);
 	reg_remove(pool, buf);
 	pthread_rwlock_unlock(&pool->reg_lock);
+	/* Reads in flight finish into the range (not yet unmapped). */
+	if (pool->disk)
+		sbi_pagein_drain(buf);
 
 	pthread_mutex_lock(&buf->lock);
 	munmap(buf->base, buf->length);
+	if (disk_used(buf))
+		for (size_t i = 0; i < buf->npages; i++)
+			if (!pte_pid(buf->pte[i]))
+				sbi_pte_release(buf, buf->pte[i]);
 	/* Threads stopped on a fault here would wait forever: wake them to
 	 * fault again on the now unmapped range. */
 	range = (struct uffdio_range){(uintptr_t)buf->base, buf->length};
@@ -233,6 +271,9 @@ SB_API void sb_buf_destroy(struct sb_buf *buf)
 	pthread_rwlock_unlock(&pool->layout);
 
 	count(&pool->n_unmaps, released);
+	if (buf->flags & (SB_BUF_EVICTABLE | SBI_BUF_RO))
+		atomic_fetch_sub(&pool->n_evictable, 1);
+	sbi_src_free(buf->src);
 	sbi_meta_free(buf->pte, buf->npages * sizeof(*buf->pte));
 	pthread_mutex_destroy(&buf->lock);
 	free(buf);
@@ -282,19 +323,35 @@ static size_t make_runs(const struct sb_pool *pool, const size_t *idx,
  * allocate; under it again, place the pages still unplaced (a fault or a
  * prefetch may have placed some meanwhile: those pages go back).
  */
-long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end)
+long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 {
 	struct sb_pool *pool = buf->pool;
-	size_t n = 0, k = 0, nsegs = 0, kept, nruns, done = 0;
+	size_t n = 0, k = 0, nsegs = 0, kept, nruns, done = 0, nin = 0;
 	struct run *runs = NULL, *segs = NULL;
 	size_t *idx = NULL;
 	sbi_pid *pids = NULL;
 	long r = 0;
 
+	/* Data on disk comes back first (and a failed read is an error,
+	 * never a zero page). Page-ins take the locks themselves. */
+	if (disk_used(buf)) {
+		r = sbi_pagein_range(buf, first, end, wait);
+		if (r < 0)
+			return r;
+		nin = (size_t)r;	/* read back in: placed by this call */
+		r = 0;
+	}
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);
-	for (size_t i = first; i < end; i++)
-		n += !pte_pid(buf->pte[i]);
+	for (size_t i = first; i < end; i++) {
+		n += empty(buf->pte[i]);
+		if (buf->pte[i] & SBI_PTE_IOERR)
+			r = -EIO;
+		else if (pte_pid(buf->pte[i]))	/* named again: in use */
+			sbi_rmap_note(buf, i, pte_pid(buf->pte[i]) - 1);
+	}
+	if (r < 0)
+		n = 0;
 	if (n) {
 		pids = malloc(n * sizeof(*pids));
 		idx = malloc(n * sizeof(*idx));
@@ -310,23 +367,26 @@ long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end)
 	for (size_t i = first; i < end && n;) {
 		size_t j = i;
 
-		if (pte_pid(buf->pte[i])) {
+		if (!empty(buf->pte[i])) {
 			i++;
 			continue;
 		}
-		while (j < end && !pte_pid(buf->pte[j]))
+		while (j < end && empty(buf->pte[j]))
 			idx[k++] = j++;
 		segs[nsegs++] = (struct run){i, j - i,
 					     i ? pte_pid(buf->pte[i - 1]) : 0};
 		i = j;
 	}
 	pthread_mutex_unlock(&buf->lock);
-	if (!n)
+	if (!n) {
+		if (r == 0)
+			r = (long)nin;
 		goto out_unlocked;
+	}
 
 	for (size_t sg = 0, got = 0; sg < nsegs; got += segs[sg++].n) {
-		r = sbi_pool_alloc(pool, buf, segs[sg].pid, segs[sg].n,
-				   pids + got);
+		r = sbi_alloc(pool, buf, segs[sg].pid, segs[sg].n, pids + got,
+			      NULL, false);
 		if (r < 0) {
 			n = got;	/* what to give back */
 			goto out_put;
@@ -337,7 +397,7 @@ long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end)
 	/* Keep the pages still unplaced; return the others' pids. */
 	kept = 0;
 	for (k = 0; k < n; k++) {
-		if (pte_pid(buf->pte[idx[k]])) {
+		if (!empty(buf->pte[idx[k]])) {
 			sbi_pool_put(pool, &(sbi_pid){pids[k] + 1}, 1);
 			continue;
 		}
@@ -355,11 +415,12 @@ long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end)
 	for (size_t t = 0; t < nruns; t++)
 		for (size_t i = 0; i < runs[t].n; i++) {
 			buf->pte[runs[t].idx + i] = (uint64_t)runs[t].pid + i + 1;
+			sbi_rmap_note(buf, runs[t].idx + i, runs[t].pid + i);
 			SBI_TRACE_MAP(buf, runs[t].idx + i);
 		}
 	buf->nplaced += n;
 	count(&pool->n_maps, n);
-	r = (long)n;
+	r = (long)(n + nin);
 	pthread_mutex_unlock(&buf->lock);
 	goto out_unlocked;
 out_unplace:
@@ -388,14 +449,16 @@ SB_API long sb_buf_map(struct sb_buf *buf, size_t off, size_t len)
 	if ((r = check_range(buf, off, len)) < 0 || !len)
 		return r;
 	return sbi_buf_place(buf, off >> buf->pool->page_shift,
-			     ((off + len - 1) >> buf->pool->page_shift) + 1);
+			     ((off + len - 1) >> buf->pool->page_shift) + 1,
+			     true);
 }
 
 /* ---- unmap ---------------------------------------------------------------- */
 
 static bool occupied(uint64_t pte)
 {
-	return pte & (SBI_PTE_PID | SBI_PTE_POISON);
+	return pte & (SBI_PTE_PID | SBI_PTE_POISON | SBI_PTE_DISK |
+		      SBI_PTE_KEEP);
 }
 
 SB_API long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len)
@@ -432,7 +495,16 @@ SB_API long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len)
 		r = sbi_vma_unplace(buf, i, j - i);
 		if (r < 0)
 			break;
+		/* Evicted data dies with it (a read in flight gives its
+		 * slot back when it finishes). */
+		for (size_t t = i; t < j; t++)
+			if (!pte_pid(buf->pte[t]))
+				sbi_pte_release(buf, buf->pte[t]);
 		released += take_ptes(buf, i, j, batch);
+		/* A file's pages can always be read again. */
+		if (buf->flags & SBI_BUF_RO)
+			for (size_t t = i; t < j; t++)
+				buf->pte[t] = SBI_PTE_DISK;
 		for (size_t t = i; t < j; t++)
 			if (batch[t - i])
 				SBI_TRACE_UNMAP(buf, t);
@@ -533,6 +605,10 @@ static int install_dst(struct sb_buf *dst, size_t d0, size_t n,
 			sbi_pool_put(pool, snap + k, n - k);
 			return r;
 		}
+		/* dst's evicted data dies, as with unmap. */
+		for (size_t t = d0 + k; t < d0 + k + run; t++)
+			if (!pte_pid(dst->pte[t]))
+				sbi_pte_release(dst, dst->pte[t]);
 		*released += take_ptes(dst, d0 + k, d0 + k + run, old);
 		for (size_t t = 0; t < run; t++) {
 			if (snap[k + t]) {
@@ -574,9 +650,17 @@ SB_API long sb_buf_share(struct sb_buf *dst, size_t dst_off,
 		return -ERANGE;
 	if (!pool->can_wp)
 		return -EOPNOTSUPP;	/* no copy-on-write on this kernel */
+	if (dst->flags & SBI_BUF_RO)
+		return -EINVAL;		/* a file's pages are read-only */
 	n = len >> pool->page_shift;
 	d0 = dst_off >> pool->page_shift;
 	s0 = src_off >> pool->page_shift;
+	/* What the source has on disk is shared from memory: read it in. */
+	if (disk_used(src)) {
+		r = sbi_pagein_range(src, s0, s0 + n, true);
+		if (r < 0)
+			return r;
+	}
 	snap = malloc(n * sizeof(*snap));
 	if (!snap)
 		return -ENOMEM;
@@ -590,6 +674,9 @@ SB_API long sb_buf_share(struct sb_buf *dst, size_t dst_off,
 	/* Protect the source first: from here on a write through it copies,
 	 * so nothing it writes can show through dst. */
 	r = protect_src(src, s0, n);
+	for (size_t k = 0; k < n && r == 0; k++)
+		if (src->pte[s0 + k] & SBI_PTE_DISK)
+			r = -EAGAIN;	/* evicted again meanwhile */
 	if (r == 0) {
 		for (size_t k = 0; k < n; k++) {
 			snap[k] = pte_pid(src->pte[s0 + k]);

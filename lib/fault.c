@@ -39,20 +39,37 @@ static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
 			    size_t idx)
 {
 	uint64_t *pte = &buf->pte[idx];
-	sbi_pid hint = idx ? (sbi_pid)(pte[-1] & SBI_PTE_PID) : 0;
+	sbi_pid hint = idx ? sbi_pte_pid(pte[-1]) : 0;
 	sbi_pid pid;
 	int r;
 
-	if (*pte & SBI_PTE_PID) {
+	if (sbi_pte_pid(*pte)) {
 		sbi_vma_wake(buf, idx);	/* lost a race: already placed */
 		return;
 	}
-	r = sbi_pool_alloc(pool, buf, hint, 1, &pid);
+	if (*pte & SBI_PTE_DISK) {
+		/* Read it in (the thread waits for the read), or wait for
+		 * the read already in flight. */
+		sbi_pagein_fault(buf, idx);
+		return;
+	}
+	if (*pte & SBI_PTE_KEEP) {
+		/* Its read failed and its poison did not hold: again. */
+		r = -EIO;
+		goto fail;
+	}
+	if (buf->flags & SB_BUF_STRICT) {
+		/* Reached us only because a page was evicted here once. */
+		r = -EFAULT;
+		goto fail;
+	}
+	r = sbi_alloc(pool, buf, hint, 1, &pid, buf, true);
 	if (r == 0) {
-		r = sbi_vma_place(buf, idx, 1, pid, false);
+		r = sbi_vma_place(buf, idx, 1, pid, buf->flags & SBI_BUF_RO);
 		if (r < 0)
 			sbi_pool_put(pool, &(sbi_pid){pid + 1}, 1);
 	}
+fail:
 	if (r < 0) {
 		sbi_debug("fault at page %zu of buffer %u: %s: SIGBUS", idx,
 			  buf->id, strerror(-r));
@@ -65,6 +82,7 @@ static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
 	}
 	*pte = (uint64_t)pid + 1;
 	buf->nplaced++;
+	sbi_rmap_note(buf, idx, pid);
 	atomic_fetch_add_explicit(&pool->n_fault_places, 1,
 				  memory_order_relaxed);
 	sbi_vma_wake(buf, idx);
@@ -76,11 +94,19 @@ static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
 	sbi_pid old, pid;
 	int r;
 
-	if (!(*pte & SBI_PTE_PID) || !(*pte & SBI_PTE_SHARED)) {
-		sbi_vma_wake(buf, idx);	/* stale: already resolved */
+	if (!sbi_pte_pid(*pte)) {
+		/* Evicted meanwhile: the retry faults as missing. */
+		sbi_vma_wake(buf, idx);
 		return;
 	}
-	old = (sbi_pid)(*pte & SBI_PTE_PID) - 1;
+	if (!(*pte & SBI_PTE_SHARED)) {
+		/* Not shared (any more): an eviction that failed, or a
+		 * stale message. Lifting the protection wakes the thread. */
+		if (sbi_vma_unprotect(buf, idx, 1) < 0)
+			sbi_vma_wake(buf, idx);
+		return;
+	}
+	old = sbi_pte_pid(*pte) - 1;
 	if (sbi_pool_refs(pool, old) == 1) {
 		/* The other holders let go: the page is ours alone. A private
 		 * mapping must become a shared one again, or the kernel would
@@ -97,11 +123,10 @@ static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
 		}
 	}
 	/* Continue the buffer's own run if the previous page is private. */
-	r = sbi_pool_alloc(pool, buf,
-			   idx && !(pte[-1] & SBI_PTE_SHARED)
-				   ? (sbi_pid)(pte[-1] & SBI_PTE_PID)
-				   : 0,
-			   1, &pid);
+	r = sbi_alloc(pool, buf,
+		      idx && !(pte[-1] & SBI_PTE_SHARED) ? sbi_pte_pid(pte[-1])
+							  : 0,
+		      1, &pid, buf, true);
 	if (r == 0) {
 		memcpy(sbi_pid_mem(pool, pid), sbi_pid_mem(pool, old),
 		       pool->page_size);
@@ -121,6 +146,7 @@ static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
 		return;
 	}
 	*pte = (uint64_t)pid + 1;
+	sbi_rmap_note(buf, idx, pid);
 	sbi_pool_put(pool, &(sbi_pid){old + 1}, 1);
 	atomic_fetch_add_explicit(&pool->n_cow, 1, memory_order_relaxed);
 	SBI_TRACE_COW(buf, idx);

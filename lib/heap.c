@@ -52,7 +52,8 @@ struct sbi_heap *sbi_heap_create(size_t heap_size, size_t page_size,
 {
 	struct sbi_heap *h;
 	uint32_t npages = (uint32_t)(heap_size / page_size);
-	size_t meta = sizeof(*h) + npages * (2 * sizeof(uint32_t) + 1);
+	size_t meta = sizeof(*h) +
+		      npages * (sizeof(uintptr_t) + 2 * sizeof(uint32_t) + 2);
 	int fd, r;
 
 	fd = heap_memfd();
@@ -74,9 +75,11 @@ struct sbi_heap *sbi_heap_create(size_t heap_size, size_t page_size,
 	}
 	h->fd = fd;
 	h->npages = npages;
-	h->refs = (uint32_t *)(h + 1);
+	h->raddr = (uintptr_t *)(h + 1);
+	h->refs = (uint32_t *)(h->raddr + npages);
 	h->owner = h->refs + npages;
 	h->state = (uint8_t *)(h->owner + npages);
+	h->rbit = h->state + npages;
 	h->map = mmap(NULL, heap_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
 		      0);
 	if (h->map == MAP_FAILED) {

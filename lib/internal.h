@@ -9,6 +9,12 @@
  *       -> buf->lock (mutex; two buffers: lower id first)
  *         -> pool->lock (mutex: heaps, page states, budget)
  *           -> pool->pf_lock (mutex: the prefetch queue, a leaf)
+ *           -> disk->spill_lock, io engine and wait locks (leaves)
+ *
+ * The disk tier adds one rule: the I/O completion thread never blocks on a
+ * buffer lock or the layout lock (it tries, and retries later), because a
+ * thread may wait for I/O while holding them (eviction writes a buffer's
+ * pages out under its lock). Nobody waits for I/O holding pool->lock.
  *
  * The library never touches registered memory (a buffer's range) while it
  * holds any of these, so a thread stopped on a fault in a buffer never holds
@@ -81,7 +87,13 @@ enum sbi_page_state {
 	SBI_PG_READY,		/* free, backed, zeroed */
 	SBI_PG_BUSY,		/* free, being zeroed/backed/punched, off lock */
 	SBI_PG_USED,		/* holds data for >= 1 buffer page */
+	SBI_PG_EVICTED,		/* its data went to disk, its memory back:
+				 * reserved, because the evicted buffer page
+				 * still maps it (see evict.c) */
 };
+
+/* heap->owner of a USED page being filled by a page-in (for the check). */
+#define SBI_OWNER_IO 0xffffffffu
 
 struct sbi_heap {
 	int fd;			/* memfd: can cross a UNIX socket (daemon) */
@@ -91,11 +103,19 @@ struct sbi_heap {
 	char *map;		/* pool-side mapping, never registered */
 	/* Protected by pool->lock. */
 	uint32_t nused;		/* pages in state USED */
-	uint32_t nready, ndirty, nbusy;
+	uint32_t nready, ndirty, nbusy, nevicted;
 	uint32_t *refs;		/* holders of each USED page */
 	uint32_t *owner;	/* run earmark of a free page (buffer id, 0) */
 	uint8_t *state;		/* enum sbi_page_state */
+	/* Eviction's reverse map (disk tier): where a USED page of an
+	 * evictable buffer is placed (0: nowhere evictable), and its clock
+	 * bit. Written under the buffer's lock, read under pool->lock:
+	 * relaxed atomics, validated against the page table before use. */
+	uintptr_t *raddr;
+	uint8_t *rbit;		/* SBI_RBIT_* */
 };
+
+enum { SBI_RBIT_COLD = 0, SBI_RBIT_REF = 1, SBI_RBIT_HOT = 2 };
 
 struct sbi_heap *sbi_heap_create(size_t heap_size, size_t page_size,
 				 int numa_node, int *err);
@@ -167,6 +187,7 @@ struct sb_pool {
 	size_t resident;	/* pages backed: USED + DIRTY + READY + BUSY */
 	size_t ready;		/* pages in state READY */
 	size_t dirty;		/* pages in state DIRTY */
+	size_t evicted;		/* pages in state EVICTED */
 	size_t ready_target;	/* adaptive reserve, see ready.c */
 	size_t ready_min, ready_max;
 	size_t ready_floor;	/* sb_pool_reserve: target never below */
@@ -190,6 +211,15 @@ struct sb_pool {
 	/* Counters: relaxed atomics, read by sb_pool_stats. */
 	_Atomic uint64_t n_faults, n_maps, n_unmaps, n_cow, n_fault_places,
 		n_sigbus, n_sync_prepares;
+
+	/* The disk tier, set up at first use (disk.c). */
+	pthread_mutex_t disk_lock;	/* creation of disk only */
+	struct sbi_disk *_Atomic disk;
+	_Atomic unsigned n_evictable;	/* live evictable / file buffers */
+	size_t clock_hand;		/* pool->lock: eviction's clock */
+	char *spill_dir;		/* opts.spill_dir, copied */
+	_Atomic uint64_t n_pages_in, n_pages_out, n_bytes_read,
+		n_bytes_written, n_io_errors, n_dropped;
 
 	struct sb_pool *next_pool;	/* global list, for fork handling */
 };
@@ -230,6 +260,13 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 void sbi_pool_ref(struct sb_pool *pool, const sbi_pid *pids, size_t n);
 void sbi_pool_put(struct sb_pool *pool, const sbi_pid *pids, size_t n);
 uint32_t sbi_pool_refs(struct sb_pool *pool, sbi_pid p);
+/* Eviction (plain pids): punch the memory of USED pages, then make them
+ * EVICTED; and give EVICTED pages back to the pool (free, unbacked). */
+void sbi_pool_evicted(struct sb_pool *pool, const sbi_pid *pids, size_t n);
+void sbi_pool_drop_evicted(struct sb_pool *pool, const sbi_pid *pids,
+			   size_t n);
+/* Mark (or unmark) a USED page as held by a page-in in flight. */
+void sbi_pool_mark_io(struct sb_pool *pool, sbi_pid pid, bool on);
 /* A free page leaves its free state (for USED or BUSY): its counter goes
  * down, an unbacked one becomes resident. Returns the state it had.
  * pool->lock held. */
@@ -248,6 +285,10 @@ void sbi_pool_wait_ready(struct sb_pool *pool, size_t pages, int timeout_ms);
 void sbi_pool_drop_run(struct sb_pool *pool, struct sb_buf *buf);
 /* Look up the buffer that owns addr; the caller holds reg_lock. */
 struct sb_buf *sbi_pool_lookup(struct sb_pool *pool, uintptr_t addr);
+struct sbi_src;
+/* sb_buf_create with internal flags and a source of pages. */
+struct sb_buf *sbi_buf_create(struct sb_pool *pool, size_t length,
+			      unsigned flags, struct sbi_src *src, int *err);
 
 /* ---- verify.c ---------------------------------------------------------------*/
 
@@ -273,6 +314,53 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready);
 #define SBI_PTE_POISON (1ull << 33)	/* a fault failed: SIGBUS on touch */
 #define SBI_PTE_WPFAIL (1ull << 34)	/* a copy failed: SIGBUS on write */
 #define SBI_PTE_PRIVMAP (1ull << 35)	/* mapped MAP_PRIVATE (shared in) */
+/* Not placed; the data is on disk: in spill slot (bits 40-63) - 1, or, when
+ * those bits are 0, in the buffer's own file (buf->src). */
+#define SBI_PTE_DISK (1ull << 36)
+/* With DISK: a read is in flight; the request owns the slot and the kept
+ * page, and holds the pool page it fills. */
+#define SBI_PTE_INFLIGHT (1ull << 37)
+#define SBI_PTE_IOERR (1ull << 38)	/* with POISON: the read failed */
+/* With DISK or POISON: the low 32 bits name a page in state EVICTED that
+ * the buffer page still maps (its memory punched), so that eviction never
+ * has to replace the mapping (evict.c says why). */
+#define SBI_PTE_KEEP (1ull << 39)
+#define SBI_PTE_SLOT_SHIFT 40
+#define SBI_PTE_SLOT(slot1) ((uint64_t)(slot1) << SBI_PTE_SLOT_SHIFT)
+
+/* Internal buffer flags (beside the public SB_BUF_*). */
+#define SBI_BUF_RO (1u << 30)		/* read-only: a file's pages */
+
+/* pid + 1 of a placed page, 0 when nothing is placed. */
+static inline sbi_pid sbi_pte_pid(uint64_t pte)
+{
+	return pte & (SBI_PTE_DISK | SBI_PTE_KEEP) ? 0
+						   : (sbi_pid)(pte & SBI_PTE_PID);
+}
+
+/* pid + 1 of the EVICTED page a KEEP entry holds, else 0. */
+static inline sbi_pid sbi_pte_kept(uint64_t pte)
+{
+	return pte & SBI_PTE_KEEP ? (sbi_pid)(pte & SBI_PTE_PID) : 0;
+}
+
+/* Spill slot + 1 of a DISK entry, 0 for the buffer's file. */
+static inline uint32_t sbi_pte_slot1(uint64_t pte)
+{
+	return (uint32_t)(pte >> SBI_PTE_SLOT_SHIFT);
+}
+
+/* Where a file-backed or restored buffer's pages come from. */
+struct sbi_src {
+	int fd;
+	bool direct;		/* opened O_DIRECT */
+	bool save;		/* a sb_buf_save file: checksums, holes */
+	uint64_t base;		/* file offset of the buffer's first byte */
+	uint64_t size;		/* bytes of file from base; past it: zeros */
+	size_t nblocks;		/* save: 4 KiB blocks */
+	uint32_t *crc;		/* save: per block */
+	uint64_t *present;	/* save: bitmap, 0 = hole (zeros) */
+};
 
 struct sb_buf {
 	struct sb_pool *pool;	/* immutable */
@@ -288,11 +376,18 @@ struct sb_buf {
 	uint64_t run_serial;
 	uint32_t run_slot, run_start, run_end;
 	uint32_t run_next;	/* first page of the run not yet taken */
+	/* Disk tier. */
+	struct sbi_src *src;	/* immutable; NULL: pages start empty */
+	_Atomic unsigned inflight;	/* page-ins holding this buffer */
+	size_t ra_next;		/* buf->lock: readahead, next expected page */
+	size_t ra_win;		/* buf->lock: readahead window, pages */
+	_Atomic bool disk_used;	/* pages of it went to disk once */
 };
 
 /* Place a page under every unplaced page of [first, end) (page indices):
- * sb_buf_map after argument checks. Takes the layout and buffer locks. */
-long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end);
+ * sb_buf_map after argument checks. Data on disk is read back (and waited
+ * for when wait). Takes the layout and buffer locks. */
+long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end, bool wait);
 
 /* ---- prefetch.c: placement in the background -------------------------------*/
 
@@ -321,6 +416,9 @@ int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
 			 sbi_pid pid, int uffd);
 /* Put registered anonymous memory back over [idx, idx+n). */
 int sbi_vma_unplace(struct sb_buf *buf, size_t idx, size_t n);
+/* The same, registered with the given uffd (eviction of a strict
+ * buffer's page: its touch must reach the handler, which reads it in). */
+int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd);
 /* Write-protect placed pages [idx, idx+n) so a write faults (WP mode). */
 int sbi_vma_protect(struct sb_buf *buf, size_t idx, size_t n, int uffd);
 int sbi_vma_unprotect(struct sb_buf *buf, size_t idx, size_t n);
@@ -348,6 +446,145 @@ void *sbi_fault_thread(void *arg);
 /* Start the handlers; returns 0 or -errno (none left running). */
 int sbi_fault_start(struct sb_pool *pool);
 void sbi_fault_stop(struct sb_pool *pool);
+
+/* ---- crc32c.c --------------------------------------------------------------*/
+
+uint32_t sbi_crc32c(const void *p, size_t len);
+uint32_t sbi_crc32c_sw(const void *p, size_t len);	/* the table (tests) */
+
+/* ---- io.c: the disk tier's I/O engine ---------------------------------------*/
+
+struct sbi_io_engine;
+
+/* Waiting for a batch of requests: done = sbi_io_wait_done. */
+struct sbi_io_wait {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	size_t left;
+	int err;		/* first error; a short write is -ENOSPC */
+};
+
+struct sbi_io {
+	struct sbi_io *next;	/* engine queues */
+	/* Runs on the completion thread; false: cannot finish now (a lock
+	 * is busy), call again later. Must not block on buffer locks. */
+	bool (*done)(struct sbi_io *io);
+	int fd;
+	bool write;
+	void *mem;		/* page-aligned */
+	size_t len;
+	uint64_t off;
+	ssize_t res;		/* bytes or -errno */
+	struct sbi_io_wait *wait;
+	/* Page-ins (pagein.c). */
+	struct sb_buf *buf;
+	size_t idx;
+	sbi_pid pid;
+	uint64_t pte;		/* the entry while in flight */
+	uint64_t src_pte;	/* the entry before: where the data was */
+	bool checked;
+	bool ok;
+	int inject;		/* test hook: fail with this -errno */
+};
+
+struct sbi_io_engine *sbi_io_create(int *err);
+void sbi_io_destroy(struct sbi_io_engine *e);
+const char *sbi_io_name(const struct sbi_io_engine *e);
+/* Never NULL unless mmap fails; zeroed. */
+struct sbi_io *sbi_io_get(struct sbi_io_engine *e);
+void sbi_io_put(struct sbi_io_engine *e, struct sbi_io *io);
+/* Queue n requests (one io_uring_enter); never waits for the disk. */
+void sbi_io_submit(struct sbi_io_engine *e, struct sbi_io **ios, size_t n);
+void sbi_io_wait_init(struct sbi_io_wait *w, size_t n);
+bool sbi_io_wait_done(struct sbi_io *io);
+/* Until every request of the batch is done; the first error or 0. */
+int sbi_io_wait(struct sbi_io_wait *w);
+
+/* ---- disk.c, spill.c, pagein.c, evict.c, file.c: the disk tier ---------------*/
+
+struct sbi_disk {
+	struct sb_pool *pool;
+	struct sbi_io_engine *io;
+	pthread_mutex_t spill_lock;	/* a leaf: the slots below */
+	int spill_fd;		/* -1 until the first eviction */
+	int spill_err;		/* why the spill file cannot be made */
+	bool spill_direct;
+	uint64_t *slot_bits;	/* 1 = in use */
+	uint32_t *slot_crc;
+	uint32_t slot_cap, slot_hi, slot_hint, slots_used;
+	/* Page-in completions, for threads waiting on a range. */
+	pthread_mutex_t done_lock;
+	pthread_cond_t done_cond;
+	uint64_t done_gen;
+};
+
+/* The pool's disk tier, set up on first use; NULL and *err on failure. */
+struct sbi_disk *sbi_disk_get(struct sb_pool *pool, int *err);
+void sbi_disk_destroy(struct sb_pool *pool);
+size_t sbi_disk_spill_bytes(struct sb_pool *pool);
+/* A page-in finished: wake range waiters. */
+void sbi_disk_signal(struct sbi_disk *d);
+uint64_t sbi_disk_gen(struct sbi_disk *d);
+void sbi_disk_wait_gen(struct sbi_disk *d, uint64_t gen, int timeout_ms);
+
+/* Spill slots (spill.c), each one pool page of the spill file. */
+int sbi_spill_alloc(struct sbi_disk *d, size_t n, uint32_t *slots);
+void sbi_spill_free(struct sbi_disk *d, const uint32_t *slots, size_t n);
+static inline uint64_t sbi_spill_off(const struct sbi_disk *d, uint32_t slot)
+{
+	return (uint64_t)slot << d->pool->page_shift;
+}
+void sbi_spill_set_crc(struct sbi_disk *d, uint32_t slot, uint32_t crc);
+uint32_t sbi_spill_crc(struct sbi_disk *d, uint32_t slot);
+
+/* Page-ins (pagein.c). Start reading buffer page idx (DISK, not in flight)
+ * into a new pool page; buf->lock held; held_buf is what the caller holds
+ * (for eviction). The request goes to *out (submitted by the caller with
+ * sbi_io_submit). Returns 0 or -errno (the page is then left as it was). */
+int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
+		     bool reg_held, bool ahead);
+/* Fault on a DISK page: start its read (and readahead), or just wait for
+ * the read in flight. buf->lock and reg_lock held. */
+void sbi_pagein_fault(struct sb_buf *buf, size_t idx);
+/* Read every DISK page of [first, end) (one submission); wait until none
+ * is in flight when wait. Takes the buffer's lock. Returns pages queued,
+ * or -EIO (wait: a read failed), -ENOMEM. */
+long sbi_pagein_range(struct sb_buf *buf, size_t first, size_t end,
+		      bool wait);
+struct sbi_span {
+	size_t first, end;	/* page indices */
+};
+long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
+		      size_t nsp, bool wait);
+/* Wait until no page-in holds buf (sb_buf_destroy). */
+void sbi_pagein_drain(struct sb_buf *buf);
+
+/* Eviction (evict.c). */
+/* Note a page placed in buf at idx for the clock (evictable buffers). */
+void sbi_rmap_note(struct sb_buf *buf, size_t idx, sbi_pid pid);
+/* sbi_pool_alloc that, at the budget, evicts cold pages of evictable
+ * buffers and retries. held: the buffer whose lock the caller holds (or
+ * NULL); reg_held: the caller holds reg_lock (read). */
+int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
+	      size_t n, sbi_pid *out, struct sb_buf *held, bool reg_held);
+/* Evict the placed pages of [first, end); buf->lock held. */
+long sbi_evict_locked(struct sb_buf *buf, size_t first, size_t end);
+/* An entry that is not placed is being discarded (unmap, destroy, share):
+ * give back its spill slot and kept page (not for one in flight: its
+ * request owns them). */
+void sbi_pte_release(struct sb_buf *buf, uint64_t pte);
+
+/* Read the data of a DISK page (not in flight) into mem (ps bytes, aligned)
+ * synchronously and check it: save. 0 or -EIO. */
+int sbi_pagein_read_sync(struct sb_buf *buf, size_t idx, void *mem);
+/* Check the data of page idx read from src into mem (res bytes): zero what
+ * lies past the data, verify checksums. 0 or -EIO (pagein.c). */
+int sbi_src_check(struct sb_buf *buf, size_t idx, uint64_t src_pte,
+		  void *mem, ssize_t res);
+/* The file position of a DISK entry's data. */
+void sbi_src_where(struct sb_buf *buf, size_t idx, uint64_t pte, int *fd,
+		   uint64_t *off, size_t *len);
+void sbi_src_free(struct sbi_src *src);
 
 /* ---- trace.h has the USDT probes -------------------------------------------*/
 

@@ -42,7 +42,7 @@ uint32_t sbi_run_pages(const struct sb_pool *pool)
 
 static bool page_free(const struct sbi_heap *h, uint32_t i)
 {
-	return h->state[i] != SBI_PG_USED;
+	return h->state[i] != SBI_PG_USED && h->state[i] != SBI_PG_EVICTED;
 }
 
 /* ---- heaps ------------------------------------------------------------- */
@@ -113,7 +113,7 @@ bool sbi_pool_find_site(struct sb_pool *pool, uint32_t want,
 	for (uint32_t s = 0; s < pool->heap_hi; s++) {
 		struct sbi_heap *h = pool->heaps[s];
 
-		if (!h || h->nused == h->npages)
+		if (!h || h->nused + h->nevicted == h->npages)
 			continue;
 		for (uint32_t i = 0; i < h->npages;) {
 			uint32_t j = i, start = i;
@@ -221,6 +221,8 @@ static enum prep take_page(struct sb_pool *pool, struct sbi_heap *h,
 	h->state[i] = SBI_PG_USED;
 	h->refs[i] = 1;
 	h->owner[i] = 0;
+	/* Not evictable until a placement in an evictable buffer says so. */
+	__atomic_store_n(&h->raddr[i], 0, __ATOMIC_RELAXED);
 	h->nused++;
 	pool->used++;
 	return prep;
@@ -552,6 +554,7 @@ void sbi_pool_put(struct sb_pool *pool, const sbi_pid *pids, size_t n)
 		if (--h->refs[i])
 			continue;
 		h->state[i] = SBI_PG_DIRTY;
+		h->owner[i] = 0;	/* a page-in's mark */
 		h->nused--;
 		h->ndirty++;
 		pool->used--;
@@ -561,6 +564,56 @@ void sbi_pool_put(struct sb_pool *pool, const sbi_pid *pids, size_t n)
 	pool->alloc_seq++;
 	if (freed && pool->ready_idle)
 		pthread_cond_signal(&pool->ready_cond);
+	pthread_mutex_unlock(&pool->lock);
+}
+
+void sbi_pool_evicted(struct sb_pool *pool, const sbi_pid *pids, size_t n)
+{
+	/* The memory goes first: the accounting never shows less than the
+	 * pool holds. Nothing else touches these pages meanwhile. */
+	for (size_t k = 0; k < n; k++)
+		sbi_heap_punch(sbi_pid_heap(pool, pids[k]),
+			       sbi_pid_index(pool, pids[k]), 1, pool->page_size);
+	pthread_mutex_lock(&pool->lock);
+	for (size_t k = 0; k < n; k++) {
+		struct sbi_heap *h = sbi_pid_heap(pool, pids[k]);
+		uint32_t i = sbi_pid_index(pool, pids[k]);
+
+		h->state[i] = SBI_PG_EVICTED;
+		h->nused--;
+		h->nevicted++;
+		pool->used--;
+		pool->resident--;
+		pool->evicted++;
+		__atomic_store_n(&h->raddr[i], 0, __ATOMIC_RELAXED);
+	}
+	pool->alloc_seq++;
+	pthread_mutex_unlock(&pool->lock);
+}
+
+void sbi_pool_drop_evicted(struct sb_pool *pool, const sbi_pid *pids,
+			   size_t n)
+{
+	pthread_mutex_lock(&pool->lock);
+	for (size_t k = 0; k < n; k++) {
+		struct sbi_heap *h = sbi_pid_heap(pool, pids[k]);
+		uint32_t i = sbi_pid_index(pool, pids[k]);
+
+		h->state[i] = SBI_PG_UNBACKED;	/* punched at eviction */
+		h->refs[i] = 0;
+		h->owner[i] = 0;
+		h->nevicted--;
+		pool->evicted--;
+	}
+	pool->alloc_seq++;
+	pthread_mutex_unlock(&pool->lock);
+}
+
+void sbi_pool_mark_io(struct sb_pool *pool, sbi_pid pid, bool on)
+{
+	pthread_mutex_lock(&pool->lock);
+	sbi_pid_heap(pool, pid)->owner[sbi_pid_index(pool, pid)] =
+		on ? SBI_OWNER_IO : 0;
 	pthread_mutex_unlock(&pool->lock);
 }
 
@@ -623,6 +676,8 @@ static void free_pool(struct sb_pool *pool)
 			      pool->wanted[q].cap * sizeof(sbi_pid));
 	sbi_meta_free(pool->pf, pool->pf_cap * sizeof(*pool->pf));
 	free(pool->reg);
+	free(pool->spill_dir);
+	pthread_mutex_destroy(&pool->disk_lock);
 	pthread_rwlock_destroy(&pool->layout);
 	pthread_rwlock_destroy(&pool->reg_lock);
 	pthread_mutex_destroy(&pool->lock);
@@ -701,6 +756,7 @@ SB_API struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts,
 	pthread_rwlock_init(&pool->reg_lock, NULL);
 	pthread_mutex_init(&pool->lock, NULL);
 	pthread_mutex_init(&pool->pf_lock, NULL);
+	pthread_mutex_init(&pool->disk_lock, NULL);
 	pthread_cond_init(&pool->pf_cond, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -714,6 +770,10 @@ SB_API struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts,
 		pool->wanted[q].pid = sbi_meta_alloc(
 			pool->wanted[q].cap * sizeof(sbi_pid), false);
 	pool->pf = sbi_meta_alloc(pool->pf_cap * sizeof(*pool->pf), false);
+	if (opts->spill_dir && !(pool->spill_dir = strdup(opts->spill_dir))) {
+		r = -ENOMEM;
+		goto out;
+	}
 	if (!pool->heaps || !pool->wanted[0].pid || !pool->wanted[1].pid ||
 	    !pool->pf) {
 		r = -ENOMEM;
@@ -763,6 +823,7 @@ SB_API void sb_pool_destroy(struct sb_pool *pool)
 			break;
 		sb_buf_destroy(buf);
 	}
+	sbi_disk_destroy(pool);
 	pthread_mutex_lock(&pool->lock);
 	pool->stopping = true;
 	pthread_cond_broadcast(&pool->ready_cond);
@@ -806,6 +867,13 @@ SB_API int sb_pool_stats(struct sb_pool *pool, struct sb_stats *st)
 	st->fault_places = counter(&pool->n_fault_places);
 	st->sigbus = counter(&pool->n_sigbus);
 	st->sync_prepares = counter(&pool->n_sync_prepares);
+	st->pages_in = counter(&pool->n_pages_in);
+	st->pages_out = counter(&pool->n_pages_out);
+	st->bytes_read = counter(&pool->n_bytes_read);
+	st->bytes_written = counter(&pool->n_bytes_written);
+	st->io_errors = counter(&pool->n_io_errors);
+	st->pages_dropped = counter(&pool->n_dropped);
+	st->spill_bytes = sbi_disk_spill_bytes(pool);
 	return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stdlib.h>
 
 static bool overlaps(const struct sbi_prefetch *p, const struct sb_buf *buf,
 		     size_t first, size_t end)
@@ -40,7 +41,7 @@ void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end)
 	pthread_mutex_unlock(&pool->pf_lock);
 }
 
-/* Pages of [first, end) placed, if the buffer lock is free; 0 (count them
+/* Pages of [first, end) placed or on disk, if the buffer lock is free; 0 (count them
  * all as queued) when a placement holds it: the caller must not wait. */
 static long count_placed(struct sb_buf *buf, size_t first, size_t end)
 {
@@ -49,7 +50,8 @@ static long count_placed(struct sb_buf *buf, size_t first, size_t end)
 	if (pthread_mutex_trylock(&buf->lock) != 0)
 		return 0;
 	for (size_t i = first; i < end; i++)
-		n += (buf->pte[i] & SBI_PTE_PID) != 0;
+		/* Placed, or on disk (a read was just queued for it). */
+		n += sbi_pte_pid(buf->pte[i]) || (buf->pte[i] & SBI_PTE_DISK);
 	pthread_mutex_unlock(&buf->lock);
 	return n;
 }
@@ -104,7 +106,7 @@ bool sbi_prefetch_serve(struct sb_pool *pool)
 	pthread_mutex_unlock(&pool->lock);
 	/* Best effort: a failure (budget) surfaces at the caller's own
 	 * sb_buf_map or fault later. */
-	sbi_buf_place(p.buf, p.first, p.end);
+	sbi_buf_place(p.buf, p.first, p.end, false);	/* reads: no wait */
 	pthread_mutex_lock(&pool->pf_lock);
 	pool->pf_inflight = NULL;
 	pthread_cond_broadcast(&pool->pf_cond);
@@ -128,6 +130,27 @@ SB_API long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
 		if (ranges[i].off > buf->length ||
 		    ranges[i].len > buf->length - ranges[i].off)
 			return -ERANGE;
+	/* Data on disk: every range's reads in one submission. */
+	if (n && (buf->src || atomic_load(&buf->disk_used))) {
+		struct sbi_span *sp = malloc(n * sizeof(*sp));
+		size_t nsp = 0;
+		long r;
+
+		if (!sp)
+			return -ENOMEM;
+		for (size_t i = 0; i < n; i++)
+			if (ranges[i].len)
+				sp[nsp++] = (struct sbi_span){
+					ranges[i].off >> pool->page_shift,
+					((ranges[i].off + ranges[i].len - 1) >>
+					 pool->page_shift) + 1};
+		r = sbi_pagein_spans(buf, sp, nsp,
+				     flags & SB_PREFETCH_WAIT);
+		free(sp);
+		if (r < 0)
+			return r;
+		queued += r;
+	}
 	for (size_t i = 0; i < n; i++) {
 		size_t first, end;
 		long placed;
@@ -140,7 +163,7 @@ SB_API long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
 		if ((size_t)placed == end - first)
 			continue;
 		if (flags & SB_PREFETCH_WAIT) {
-			long r = sbi_buf_place(buf, first, end);
+			long r = sbi_buf_place(buf, first, end, true);
 
 			if (r < 0)
 				return r;
@@ -161,7 +184,11 @@ SB_API long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
 		if (__atomic_load_n(&pool->ready_idle, __ATOMIC_RELAXED))
 			wake_ready(pool);
 	}
-	if (flags & SB_PREFETCH_WAIT)
+	if (flags & SB_PREFETCH_WAIT) {
 		wait_all(buf);
+		/* And every read in flight for it (readahead included). */
+		if (atomic_load(&pool->disk))
+			sbi_pagein_drain(buf);
+	}
 	return queued;
 }

@@ -14,6 +14,7 @@
 #include <numa.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -165,12 +166,21 @@ static void probe_io_uring(void)
 	unsigned char params[120] = {0};
 	long fd = syscall(__NR_io_uring_setup, 1, params);
 
+	const char *force = getenv("SPARSEBUF_PAGER");
+
 	if (fd < 0) {
 		features.io_uring = -errno;
+		snprintf(features.pager, sizeof(features.pager),
+			 "pread/pwrite (io_uring: %s)", strerror(errno));
 		return;
 	}
 	close((int)fd);
 	features.io_uring = 1;
+	/* The engine (io.c) makes the same choice per pool. */
+	snprintf(features.pager, sizeof(features.pager), "%s",
+		 force && !strcmp(force, "sync")
+			 ? "pread/pwrite (SPARSEBUF_PAGER=sync)"
+			 : "io_uring");
 }
 
 static long read_long(const char *path)

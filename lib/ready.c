@@ -153,7 +153,8 @@ static enum work pick_work(struct sb_pool *pool, bool may_back,
 			 * a fast run needs more than two pages in hand. */
 			if ((w != W_NONE || (*hp)->state[*ip] == SBI_PG_READY) &&
 			    *ip + 1 < pool->pages_per_heap &&
-			    (*hp)->state[*ip + 1] != SBI_PG_USED)
+			    (*hp)->state[*ip + 1] != SBI_PG_USED &&
+			    (*hp)->state[*ip + 1] != SBI_PG_EVICTED)
 				sbi_ready_want(pool, p + 1, 1);
 		}
 	}
@@ -224,7 +225,7 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready)
 		struct sbi_heap *h = pool->heaps[s];
 		size_t backed;
 
-		if (!h || h->nused || h->nbusy)
+		if (!h || h->nused || h->nbusy || h->nevicted)
 			continue;
 		if (keep_spare && !kept) {
 			kept = true;

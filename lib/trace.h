@@ -8,6 +8,10 @@
  *   sparsebuf:map    (buf, page index)   a page placed by sb_buf_map
  *   sparsebuf:unmap  (buf, page index)   a page released
  *   sparsebuf:cow    (buf, page index)   a copy-on-write copy
+ *   sparsebuf:pagein (buf, page index)   a page read in from disk, placed
+ *   sparsebuf:evict  (buf, page index)   a page written out (or dropped)
+ *
+ * Each probe has one site, so perf attaches one uprobe per name.
  */
 #ifndef SPARSEBUF_TRACE_H
 #define SPARSEBUF_TRACE_H
@@ -25,11 +29,15 @@
 #define SBI_TRACE_MAP(buf, idx) DTRACE_PROBE2(sparsebuf, map, buf, idx)
 #define SBI_TRACE_UNMAP(buf, idx) DTRACE_PROBE2(sparsebuf, unmap, buf, idx)
 #define SBI_TRACE_COW(buf, idx) DTRACE_PROBE2(sparsebuf, cow, buf, idx)
+#define SBI_TRACE_PAGEIN(buf, idx) DTRACE_PROBE2(sparsebuf, pagein, buf, idx)
+#define SBI_TRACE_EVICT(buf, idx) DTRACE_PROBE2(sparsebuf, evict, buf, idx)
 #else
 #define SBI_TRACE_FAULT(buf, addr, flags) ((void)(buf), (void)(addr), (void)(flags))
 #define SBI_TRACE_MAP(buf, idx) ((void)(buf), (void)(idx))
 #define SBI_TRACE_UNMAP(buf, idx) ((void)(buf), (void)(idx))
 #define SBI_TRACE_COW(buf, idx) ((void)(buf), (void)(idx))
+#define SBI_TRACE_PAGEIN(buf, idx) ((void)(buf), (void)(idx))
+#define SBI_TRACE_EVICT(buf, idx) ((void)(buf), (void)(idx))
 #endif
 
 #endif /* SPARSEBUF_TRACE_H */

@@ -16,23 +16,31 @@
 static int check_heaps(struct sb_pool *pool, char *why, size_t len)
 {
 	size_t used = 0, ready = 0, dirty = 0, resident = 0, nheaps = 0;
+	size_t evicted = 0;
 
 	for (uint32_t s = 0; s < pool->heap_hi; s++) {
 		struct sbi_heap *h = pool->heaps[s];
-		uint32_t n[SBI_PG_USED + 1] = {0};
+		uint32_t n[SBI_PG_EVICTED + 1] = {0};
 
 		if (!h)
 			continue;
 		nheaps++;
 		for (uint32_t i = 0; i < h->npages; i++) {
-			if (h->state[i] > SBI_PG_USED)
+			bool held = h->state[i] == SBI_PG_USED ||
+				    h->state[i] == SBI_PG_EVICTED;
+
+			if (h->state[i] > SBI_PG_EVICTED)
 				return BAD("heap %u page %u: state %u", s, i,
 					   h->state[i]);
 			n[h->state[i]]++;
-			if ((h->state[i] == SBI_PG_USED) != (h->refs[i] > 0))
+			if (held != (h->refs[i] > 0))
 				return BAD("heap %u page %u: state %u refs %u",
 					   s, i, h->state[i], h->refs[i]);
 		}
+		if (n[SBI_PG_EVICTED] != h->nevicted)
+			return BAD("heap %u: %u evicted, counter %u", s,
+				   n[SBI_PG_EVICTED], h->nevicted);
+		evicted += n[SBI_PG_EVICTED];
 		if (n[SBI_PG_USED] != h->nused || n[SBI_PG_READY] != h->nready ||
 		    n[SBI_PG_DIRTY] != h->ndirty || n[SBI_PG_BUSY] != h->nbusy)
 			return BAD("heap %u: counters %u/%u/%u/%u, states "
@@ -54,6 +62,9 @@ static int check_heaps(struct sb_pool *pool, char *why, size_t len)
 			   used, pool->used, ready, pool->ready, dirty,
 			   pool->dirty, resident, pool->resident, nheaps,
 			   pool->nheaps);
+	if (evicted != pool->evicted)
+		return BAD("pool: %zu evicted, counter %zu", evicted,
+			   pool->evicted);
 	if (pool->resident > pool->max_pages)
 		return BAD("resident %zu pages over the budget of %zu",
 			   pool->resident, pool->max_pages);
@@ -75,11 +86,13 @@ static int check_refs(struct sb_pool *pool, char *why, size_t len)
 		size_t placed = 0;
 
 		for (size_t i = 0; i < buf->npages && !r; i++) {
-			sbi_pid p = (sbi_pid)(buf->pte[i] & SBI_PTE_PID);
+			uint64_t pte = buf->pte[i];
+			/* Placed, or an evicted page kept mapped. */
+			sbi_pid p = (sbi_pid)(pte & SBI_PTE_PID);
 
 			if (!p)
 				continue;
-			placed++;
+			placed += sbi_pte_pid(pte) != 0;
 			if (p - 1 >= npids || !pool->heaps[(p - 1) /
 						  pool->pages_per_heap])
 				r = BAD("buffer %u page %zu: no pool page %u",
@@ -93,6 +106,11 @@ static int check_refs(struct sb_pool *pool, char *why, size_t len)
 	}
 	for (size_t p = 0; p < npids && !r; p++) {
 		struct sbi_heap *h = pool->heaps[p / pool->pages_per_heap];
+
+		/* A page-in in flight holds the page it fills. */
+		if (h && h->state[p % pool->pages_per_heap] == SBI_PG_USED &&
+		    h->owner[p % pool->pages_per_heap] == SBI_OWNER_IO)
+			count[p]++;
 
 		if (h && h->refs[p % pool->pages_per_heap] != count[p])
 			r = BAD("pool page %zu: %u references, %u mappings", p,

@@ -102,33 +102,33 @@ int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
  * mmap into the hole. Only then is there a moment when a racing touch of
  * the range finds nothing mapped (SIGSEGV).
  */
-static int anon_over(char *addr, size_t len)
+static int anon_over(char *addr, size_t len, int prot)
 {
 	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 
-	if (fixed_map(addr, len, PROT_READ | PROT_WRITE, flags, -1, 0) !=
-	    MAP_FAILED)
+	if (fixed_map(addr, len, prot, flags, -1, 0) != MAP_FAILED)
 		return 0;
 	if (errno != ENOMEM || munmap(addr, len) < 0)
 		return -1;
-	if (fixed_map(addr, len, PROT_READ | PROT_WRITE, flags, -1, 0) !=
-	    MAP_FAILED)
+	if (fixed_map(addr, len, prot, flags, -1, 0) != MAP_FAILED)
 		return 0;
 	return -1;
 }
 
-int sbi_vma_unplace(struct sb_buf *buf, size_t idx, size_t n)
+static int buf_prot(const struct sb_buf *buf)
 {
-	struct sb_pool *pool = buf->pool;
+	return buf->flags & SBI_BUF_RO ? PROT_READ : PROT_READ | PROT_WRITE;
+}
+
+int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
+{
 	char *addr = page_addr(buf, idx);
 	size_t len = pages_len(buf, n);
 	int r;
 
-	if (anon_over(addr, len) < 0)
+	if (anon_over(addr, len, buf_prot(buf)) < 0)
 		return map_error(errno);
-	r = sbi_uffd_register(buf->flags & SB_BUF_STRICT ? pool->uffd_sigbus
-							 : pool->uffd,
-			      addr, len, UFFDIO_REGISTER_MODE_MISSING);
+	r = sbi_uffd_register(uffd, addr, len, UFFDIO_REGISTER_MODE_MISSING);
 	if (r < 0) {
 		/* Unregistered anonymous memory would hand out silent zero
 		 * pages; make the range inaccessible instead. */
@@ -142,6 +142,16 @@ int sbi_vma_unplace(struct sb_buf *buf, size_t idx, size_t n)
 	 * Its write raced with the unmap and is lost, as unmap promises. */
 	madvise(addr, len, MADV_DONTNEED);
 	return 0;
+}
+
+int sbi_vma_unplace(struct sb_buf *buf, size_t idx, size_t n)
+{
+	struct sb_pool *pool = buf->pool;
+
+	return sbi_vma_unplace_uffd(buf, idx, n,
+				    buf->flags & SB_BUF_STRICT
+					    ? pool->uffd_sigbus
+					    : pool->uffd);
 }
 
 static int writeprotect(int uffd, void *addr, size_t len, bool on)
@@ -244,7 +254,7 @@ int sbi_vma_poison(struct sb_buf *buf, size_t idx)
 		}
 	}
 	/* No POISON (before 6.6): hand the page to the SIGBUS uffd. */
-	if (anon_over(addr, len) < 0)
+	if (anon_over(addr, len, buf_prot(buf)) < 0)
 		return map_error(errno);
 	r = sbi_uffd_register(pool->uffd_sigbus, addr, len,
 			      UFFDIO_REGISTER_MODE_MISSING);

@@ -330,4 +330,170 @@ int main(int argc, char **argv)
 	return main_test();
 }
 
+/* ---- The disk tier (test_evict, test_autoevict, test_file, test_save,
+ * test_diskerr, test_spillfull) ------------------------------------------- */
+
+#include <ftw.h>
+#include <sys/stat.h>
+
+/* Deterministic contents: 64-bit word i of a region filled with seed s. */
+static inline uint64_t disk_word(uint64_t seed, size_t i)
+{
+	uint64_t z = seed * 0x9e3779b97f4a7c15ull + i + 1;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* len is a multiple of 8. */
+static inline void disk_fill(void *p, size_t len, uint64_t seed)
+{
+	uint64_t *w = p;
+
+	for (size_t i = 0; i < len / 8; i++)
+		w[i] = disk_word(seed, i);
+}
+
+/* Byte offset of the first word that differs from disk_fill(seed), or -1. */
+static inline long disk_check(const void *p, size_t len, uint64_t seed)
+{
+	const volatile uint64_t *w = p;
+
+	for (size_t i = 0; i < len / 8; i++)
+		if (w[i] != disk_word(seed, i))
+			return (long)(i * 8);
+	return -1;
+}
+
+/* Byte offset of the first nonzero byte, or -1. */
+static inline long disk_check_zero(const void *p, size_t len)
+{
+	const volatile char *c = p;
+
+	for (size_t i = 0; i < len; i++)
+		if (c[i])
+			return (long)i;
+	return -1;
+}
+
+/* The scratch directory of a disk test (files, spill): $SBT_DIR, made
+ * fresh for each run by run_pagers(). */
+static inline const char *disk_dir(void)
+{
+	const char *d = getenv("SBT_DIR");
+
+	if (!d || !*d)
+		FAIL("SBT_DIR is not set (run through run_pagers)");
+	return d;
+}
+
+/* A pool like make_pool() spilling into dir (NULL: $SBT_DIR/spill). */
+static inline struct sb_pool *disk_pool_in(size_t page, size_t heap,
+					   size_t max, const char *dir)
+{
+	static char spill[512];
+	static int shown;
+	struct sb_pool_opts o;
+	struct sb_features f;
+	struct sb_pool *p;
+	int err = 0;
+
+	if (!dir) {
+		snprintf(spill, sizeof(spill), "%s/spill", disk_dir());
+		if (mkdir(spill, 0700) < 0 && errno != EEXIST)
+			FAIL("mkdir %s: %s", spill, strerror(errno));
+		dir = spill;
+	}
+	sb_pool_opts_init(&o);
+	o.page_size = page;
+	o.heap_size = heap;
+	o.max_bytes = max;
+	o.numa_node = -1;
+	o.spill_dir = dir;
+	p = sb_pool_create(&o, &err);
+	if (!p)
+		FAIL("sb_pool_create(page %zu, heap %zu, max %zu, spill %s): %s",
+		     page, heap, max, dir, strerror(-err));
+	if (!shown && sb_features_get(&f) == 0) {
+		printf("pager: %s\n", f.pager);
+		shown = 1;
+	}
+	return p;
+}
+
+static inline struct sb_pool *disk_pool(size_t page, size_t heap, size_t max)
+{
+	return disk_pool_in(page, heap, max, NULL);
+}
+
+static inline int disk_rm_one(const char *path, const struct stat *st,
+			      int type, struct FTW *ftw)
+{
+	(void)st, (void)ftw;
+	if (type == FTW_DP)
+		rmdir(path);
+	else
+		unlink(path);
+	return 0;
+}
+
+static inline void disk_rm_rf(const char *dir)
+{
+	nftw(dir, disk_rm_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
+/* Run child `name` twice, each in a fresh directory $SBT_DIR under /tmp:
+ * with the default pager (io_uring) and with SPARSEBUF_PAGER=sync (the
+ * pread/pwrite fallback). cleanup(dir), if given, runs before the
+ * directory is removed. Fails the test if a run fails or hangs; returns
+ * the number of runs that skipped (exit 77, having said why). */
+static inline int run_pagers(const char *name, double timeout_s,
+			     void (*cleanup)(const char *dir))
+{
+	static const char *const pagers[] = {NULL, "sync"};
+	int skipped = 0, failed = 0;
+
+	unsetenv("SPARSEBUF_PAGER");	/* the children get theirs */
+	unsetenv("SBT_DIR");
+	for (int i = 0; i < 2; i++) {
+		char dir[] = "/tmp/sbtest-XXXXXX";
+		char dirvar[64], pagervar[64];
+		char *env[3] = {dirvar, NULL, NULL};
+		const char *pname = pagers[i] ? pagers[i] : "default";
+		int st, code;
+
+		if (!mkdtemp(dir))
+			FAIL("mkdtemp: %s", strerror(errno));
+		snprintf(dirvar, sizeof(dirvar), "SBT_DIR=%s", dir);
+		if (pagers[i]) {
+			snprintf(pagervar, sizeof(pagervar),
+				 "SPARSEBUF_PAGER=%s", pagers[i]);
+			env[1] = pagervar;
+		}
+		printf("-- %s, pager %s\n", name, pname);
+		st = run_child_env(name, env, timeout_s, NULL, 0);
+		if (cleanup)
+			cleanup(dir);
+		disk_rm_rf(dir);
+		code = child_exit_code(st);
+		if (code == 77) {
+			skipped++;
+		} else if (code != 0) {
+			fprintf(stderr, "FAILED: %s with pager %s: %s %d\n",
+				name, pname,
+				st < 0		     ? "hung, status"
+				: WIFSIGNALED(st) ? "killed by signal"
+						  : "exit",
+				st < 0		     ? st
+				: WIFSIGNALED(st) ? WTERMSIG(st)
+						  : code);
+			failed++;
+		}
+	}
+	if (failed)
+		FAIL("%s: %d of 2 runs failed", name, failed);
+	return skipped;
+}
+
 #endif /* SPARSEBUF_TEST_HARNESS_H */

@@ -121,6 +121,7 @@ int main(void)
 	else
 		printf("io_uring:         unavailable (%s)\n",
 		       strerror(-f.io_uring));
+	printf("disk tier I/O:    %s\n", f.pager);
 	if (f.numa_nodes > 0)
 		printf("NUMA nodes:       %d\n", f.numa_nodes);
 	else
@@ -141,6 +142,11 @@ int main(void)
 		printf("  NUMA node:      none\n");
 	else
 		printf("  NUMA node:      %d\n", o.numa_node);
+	printf("  spill dir:      %s\n",
+	       o.spill_dir ? o.spill_dir
+	       : getenv("SPARSEBUF_SPILL_DIR") ? getenv("SPARSEBUF_SPILL_DIR")
+	       : getenv("TMPDIR")		? getenv("TMPDIR")
+						: "/tmp");
 	ok = err == 0;
 	printf("default pool:     %s%s\n", ok ? "ready" : "unavailable: ",
 	       ok ? "" : strerror(-err));

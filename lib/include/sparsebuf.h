@@ -34,6 +34,10 @@ struct sb_pool_opts {
 	size_t heap_size;	/* bytes per heap, a multiple of page_size */
 	size_t max_bytes;	/* physical budget; 0 = unlimited */
 	int numa_node;		/* -1 = no binding */
+	/* Where evicted pages go (an unlinked file per pool, O_DIRECT when
+	 * the file system allows). NULL: SPARSEBUF_SPILL_DIR, else $TMPDIR,
+	 * else /tmp. */
+	const char *spill_dir;
 };
 
 /* Fill *opts with the defaults (256 KiB pages, 64 MiB heaps, no budget, no
@@ -77,6 +81,14 @@ struct sb_stats {
 	uint64_t sigbus;	/* faults answered with SIGBUS (budget, I/O) */
 	uint64_t sync_prepares;	/* pages the caller had to zero or allocate
 				 * itself because no ready page was at hand */
+	/* The disk tier. */
+	uint64_t pages_in;	/* pages read in (spill, file, save file) */
+	uint64_t pages_out;	/* pages written out to spill */
+	uint64_t bytes_read;
+	uint64_t bytes_written;
+	uint64_t io_errors;	/* failed reads/writes, checksum mismatches */
+	uint64_t pages_dropped;	/* clean pages released without a write */
+	size_t spill_bytes;	/* spill file space holding evicted pages */
 };
 
 /* Snapshot of the pool's accounting. */
@@ -96,6 +108,8 @@ long sb_pool_reserve(struct sb_pool *pool, long delta_bytes);
 /* ---- Sparse buffers ----------------------------------------------------- */
 
 #define SB_BUF_STRICT	(1u << 0)	/* unplaced touch -> SIGBUS */
+#define SB_BUF_EVICTABLE (1u << 1)	/* cold pages may go to disk when
+					 * the pool is at its budget */
 
 /* Reserve length bytes (rounded up to whole pages; terabytes are fine) of
  * address space aligned to the pool's page size. No physical memory is
@@ -158,6 +172,52 @@ struct sb_range {
 long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
 		     size_t n, unsigned flags);
 
+/* ---- The disk tier ------------------------------------------------------ */
+
+/* Write the placed pages of [off, off+len) (pages wholly inside) to the
+ * pool's spill file and release them; a later touch, sb_buf_map or
+ * sb_buf_prefetch reads the data back before the thread continues. Pages of
+ * a file-backed buffer are clean: they are released without a write.
+ * Returns the number of pages released. A shared page is written for this
+ * buffer only; the other holders keep it. Errors: -EINVAL, -ERANGE,
+ * -ENOSPC (spill disk full: every page stays resident), -EIO. */
+long sb_buf_evict(struct sb_buf *buf, size_t off, size_t len);
+
+/* Show len bytes of the file at path, from file_off (a multiple of 4 KiB),
+ * as a read-only buffer whose pages are read in through io_uring on touch
+ * (sequential touches read ahead). Bytes past the end of the file read as
+ * zeros. Clean pages are dropped, without a write, when the pool needs
+ * room. A write into the buffer raises SIGSEGV. Errors: -EINVAL, the
+ * open(2) error of the file. */
+struct sb_buf *sb_buf_open_file(struct sb_pool *pool, const char *path,
+				uint64_t file_off, size_t len, unsigned flags,
+				int *err);
+
+/* Write [off, off+len) (whole pages) of buf to a new file at path: the
+ * placed and evicted pages, with a checksum per 4 KiB; unplaced pages are
+ * holes. Errors: -EINVAL, -ERANGE, open(2)/write(2) errors, -EIO. */
+int sb_buf_save(struct sb_buf *buf, size_t off, size_t len, const char *path);
+
+/* Open a file written by sb_buf_save as a writable buffer of the saved
+ * length whose pages are read in lazily on touch (and checked). Errors:
+ * -EINVAL, the open(2) error, -EBADMSG (not a sparsebuf save file, or a
+ * damaged header). */
+struct sb_buf *sb_buf_restore(struct sb_pool *pool, const char *path,
+			      unsigned flags, int *err);
+
+enum sb_advice {
+	SB_ADVICE_NORMAL = 0,
+	SB_ADVICE_HOT,		/* evict last */
+	SB_ADVICE_COLD,		/* evict first */
+	SB_ADVICE_WILLNEED,	/* read in now, in the background */
+	SB_ADVICE_DONTNEED,	/* evict now (sb_buf_evict) */
+};
+
+/* Tell the eviction policy about [off, off+len). Returns the number of
+ * pages affected. Errors: -EINVAL, -ERANGE. */
+long sb_buf_advise(struct sb_buf *buf, size_t off, size_t len,
+		   enum sb_advice advice);
+
 /* ---- What this kernel allows -------------------------------------------- */
 
 enum sb_uffd_mode {
@@ -175,6 +235,8 @@ struct sb_features {
 	int wp_shmem;		/* write-protect on shmem: copy-on-write */
 	int poison;		/* UFFDIO_POISON: SIGBUS on a chosen page */
 	int io_uring;		/* 1 if io_uring_setup works, else -errno */
+	char pager[48];		/* the disk tier's I/O path, e.g. "io_uring" or
+				 * "pread/pwrite (io_uring: ...)" */
 	int numa_nodes;		/* configured NUMA nodes (0: libnuma says no) */
 	long max_map_count;	/* vm.max_map_count */
 	long map_count;		/* mappings this process has now */

@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The disk tier of a pool: its I/O engine and spill file, set up at the
+ * first use (an eviction, a file-backed or restored buffer), so that a pool
+ * that never touches the disk has no extra threads or files.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct sbi_disk *sbi_disk_get(struct sb_pool *pool, int *err)
+{
+	struct sbi_disk *d = atomic_load(&pool->disk);
+
+	if (d)
+		return d;
+	pthread_mutex_lock(&pool->disk_lock);
+	d = atomic_load(&pool->disk);
+	if (!d) {
+		d = calloc(1, sizeof(*d));
+		if (!d) {
+			*err = -ENOMEM;
+			goto out;
+		}
+		d->pool = pool;
+		d->spill_fd = -1;
+		pthread_mutex_init(&d->spill_lock, NULL);
+		pthread_mutex_init(&d->done_lock, NULL);
+		pthread_cond_init(&d->done_cond, NULL);
+		d->io = sbi_io_create(err);
+		if (!d->io) {
+			pthread_mutex_destroy(&d->spill_lock);
+			pthread_mutex_destroy(&d->done_lock);
+			pthread_cond_destroy(&d->done_cond);
+			free(d);
+			d = NULL;
+			goto out;
+		}
+		sbi_info("disk tier: %s", sbi_io_name(d->io));
+		atomic_store(&pool->disk, d);
+	}
+out:
+	pthread_mutex_unlock(&pool->disk_lock);
+	return d;
+}
+
+void sbi_disk_destroy(struct sb_pool *pool)
+{
+	struct sbi_disk *d = atomic_load(&pool->disk);
+
+	if (!d)
+		return;
+	sbi_io_destroy(d->io);
+	if (d->spill_fd >= 0)
+		close(d->spill_fd);
+	sbi_meta_free(d->slot_bits, (size_t)d->slot_cap / 8);
+	sbi_meta_free(d->slot_crc, (size_t)d->slot_cap * sizeof(uint32_t));
+	pthread_mutex_destroy(&d->spill_lock);
+	pthread_mutex_destroy(&d->done_lock);
+	pthread_cond_destroy(&d->done_cond);
+	free(d);
+	atomic_store(&pool->disk, NULL);
+}
+
+void sbi_disk_signal(struct sbi_disk *d)
+{
+	pthread_mutex_lock(&d->done_lock);
+	d->done_gen++;
+	pthread_cond_broadcast(&d->done_cond);
+	pthread_mutex_unlock(&d->done_lock);
+}
+
+uint64_t sbi_disk_gen(struct sbi_disk *d)
+{
+	uint64_t g;
+
+	pthread_mutex_lock(&d->done_lock);
+	g = d->done_gen;
+	pthread_mutex_unlock(&d->done_lock);
+	return g;
+}
+
+void sbi_disk_wait_gen(struct sbi_disk *d, uint64_t gen, int timeout_ms)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += (long)timeout_ms * 1000000;
+	until.tv_sec += until.tv_nsec / 1000000000;
+	until.tv_nsec %= 1000000000;
+	pthread_mutex_lock(&d->done_lock);
+	while (d->done_gen == gen &&
+	       pthread_cond_timedwait(&d->done_cond, &d->done_lock, &until) !=
+		       ETIMEDOUT)
+		;
+	pthread_mutex_unlock(&d->done_lock);
+}
+
+size_t sbi_disk_spill_bytes(struct sb_pool *pool)
+{
+	struct sbi_disk *d = atomic_load(&pool->disk);
+	size_t n;
+
+	if (!d)
+		return 0;
+	pthread_mutex_lock(&d->spill_lock);
+	n = d->slots_used;
+	pthread_mutex_unlock(&d->spill_lock);
+	return n << pool->page_shift;
+}
+
+/* Test hook: flip a byte of the spilled copy of the page at off. */
+int sbi_test_corrupt_spill(struct sb_buf *buf, size_t off);
+int sbi_test_corrupt_spill(struct sb_buf *buf, size_t off)
+{
+	struct sb_pool *pool = buf->pool;
+	size_t idx = off >> pool->page_shift;
+	struct sbi_disk *d = atomic_load(&pool->disk);
+	uint64_t pte;
+	uint32_t slot1;
+	void *mem;
+	int r = 0;
+
+	pthread_mutex_lock(&buf->lock);
+	pte = buf->pte[idx];
+	slot1 = sbi_pte_slot1(pte);
+	if (!d || !(pte & SBI_PTE_DISK) || (pte & SBI_PTE_INFLIGHT) ||
+	    !slot1) {
+		pthread_mutex_unlock(&buf->lock);
+		return -ENOENT;
+	}
+	if (posix_memalign(&mem, 4096, pool->page_size)) {
+		pthread_mutex_unlock(&buf->lock);
+		return -ENOMEM;
+	}
+	if (pread(d->spill_fd, mem, pool->page_size,
+		  (off_t)sbi_spill_off(d, slot1 - 1)) != (ssize_t)pool->page_size)
+		r = -EIO;
+	((unsigned char *)mem)[pool->page_size / 2] ^= 0x5a;
+	if (!r && pwrite(d->spill_fd, mem, pool->page_size,
+			 (off_t)sbi_spill_off(d, slot1 - 1)) !=
+			  (ssize_t)pool->page_size)
+		r = -EIO;
+	pthread_mutex_unlock(&buf->lock);
+	free(mem);
+	return r;
+}

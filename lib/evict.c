@@ -1,0 +1,544 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Eviction: writing placed pages to the spill file and releasing them
+ * (sb_buf_evict, SB_ADVICE_DONTNEED), and doing so by itself when a map or
+ * a fault needs a page and the pool is at its budget (SB_BUF_EVICTABLE
+ * buffers, and file-backed buffers, whose clean pages are just dropped).
+ *
+ * Writing out a page, under its buffer's lock, without ever replacing its
+ * mapping: replacing a mapping (mmap MAP_FIXED, then registering the new
+ * range with userfaultfd) leaves a moment in which a touch gets a private
+ * zero page from the kernel, a wrong read or a lost write, which unmap may
+ * allow but eviction may not. Instead:
+ *   1. register the page's mapping (the heap page) with the pool's uffd,
+ *      MISSING and WP, and write-protect it: a writer now waits, on the
+ *      handler, for the buffer's lock; readers go on reading the data;
+ *   2. checksum the page and write it from the heaps' own mapping (a batch
+ *      per submission);
+ *   3. on success punch the heap page: its memory goes back, the buffer
+ *      still maps the (empty) page, which stays reserved (EVICTED), and the
+ *      entry becomes DISK | KEEP | pid + 1 | slot + 1. The next touch is a
+ *      MISSING fault: the page-in reads into a new pool page and maps it
+ *      over this one, complete, so its window only ever shows the data.
+ *      On failure (ENOSPC, EIO) the protection is lifted: the data never
+ *      leaves memory unless it is safely on disk.
+ * A file's clean pages skip the write. A shared page is first given a
+ * private copy (its other holders keep theirs).
+ *
+ * The policy is CLOCK (second chance) over the pool's pages. What the
+ * runtime sees, it uses: a page placed, read in, or named by sb_buf_map /
+ * sb_buf_prefetch gets its reference bit; the clock hand clears it on its
+ * first pass and takes the page on the second. Application advice sets
+ * the bit directly: COLD pages go first, HOT ones only when nothing else
+ * is left. The kernel does not tell user space cheaply which mapped pages
+ * were touched (pagemap has no accessed bit; idle page tracking needs
+ * CONFIG_IDLE_PAGE_TRACKING and PFNs), so a page in use that the runtime
+ * never hears of again looks as cold as one nobody uses: advice is how an
+ * application says otherwise. Shared pages (copy-on-write) are not taken
+ * automatically: evicting one holder's view would release nothing.
+ */
+#include "internal.h"
+#include "trace.h"
+
+#include "uffd_compat.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+
+#define BATCH 64
+#define MAX_CAND 256
+
+static void count(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+static bool tracked(const struct sb_buf *buf)
+{
+	return buf->flags & (SB_BUF_EVICTABLE | SBI_BUF_RO);
+}
+
+void sbi_rmap_note(struct sb_buf *buf, size_t idx, sbi_pid pid)
+{
+	struct sb_pool *pool = buf->pool;
+	struct sbi_heap *h;
+	uint32_t i;
+
+	if (!tracked(buf))
+		return;
+	h = sbi_pid_heap(pool, pid);
+	i = sbi_pid_index(pool, pid);
+	__atomic_store_n(&h->raddr[i],
+			 (uintptr_t)buf->base + (idx << pool->page_shift),
+			 __ATOMIC_RELAXED);
+	__atomic_store_n(&h->rbit[i], SBI_RBIT_REF, __ATOMIC_RELAXED);
+}
+
+/* ---- writing pages out ----------------------------------------------------- */
+
+static int uffd_wp(int uffd, char *addr, size_t len, bool on)
+{
+	struct uffdio_writeprotect wp = {
+		.range = {.start = (uintptr_t)addr, .len = len},
+		.mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0,
+	};
+
+	for (int tries = 0; tries < 1000; tries++) {
+		if (ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) == 0)
+			return 0;
+		if (errno != EAGAIN)
+			return -errno;
+	}
+	return -EAGAIN;
+}
+
+/* Step 1 for pages idx[0..n) (ascending, placed, private), in runs. */
+static int freeze(struct sb_buf *buf, const size_t *idx, size_t n)
+{
+	struct sb_pool *pool = buf->pool;
+	bool ro = buf->flags & SBI_BUF_RO;
+
+	for (size_t k = 0; k < n;) {
+		size_t j = k + 1;
+		char *addr = buf->base + (idx[k] << pool->page_shift);
+		size_t len;
+		int r;
+
+		while (j < n && idx[j] == idx[j - 1] + 1)
+			j++;
+		len = (j - k) << pool->page_shift;
+		r = sbi_uffd_register(pool->uffd, addr, len,
+				      UFFDIO_REGISTER_MODE_MISSING |
+					      (ro ? 0 : UFFDIO_REGISTER_MODE_WP));
+		if (r == 0 && !ro)
+			r = uffd_wp(pool->uffd, addr, len, true);
+		if (r < 0) {
+			for (size_t t = 0; t < k; t++)
+				if (!ro)
+					uffd_wp(pool->uffd,
+						buf->base + (idx[t]
+							     << pool->page_shift),
+						pool->page_size, false);
+			return r;
+		}
+		k = j;
+	}
+	return 0;
+}
+
+/* Step 3: the pages are on disk (or clean): punch and keep them. */
+static void release(struct sb_buf *buf, const size_t *idx, size_t n,
+		    const uint32_t *slots)
+{
+	struct sb_pool *pool = buf->pool;
+	sbi_pid pids[BATCH];
+
+	for (size_t k = 0; k < n; k++) {
+		pids[k] = sbi_pte_pid(buf->pte[idx[k]]) - 1;
+		buf->pte[idx[k]] = SBI_PTE_DISK | SBI_PTE_KEEP |
+				   ((uint64_t)pids[k] + 1) |
+				   SBI_PTE_SLOT(slots ? slots[k] + 1 : 0);
+		SBI_TRACE_EVICT(buf, idx[k]);
+	}
+	/* Touches fault from here on and wait for the buffer lock. */
+	sbi_pool_evicted(pool, pids, n);
+	buf->nplaced -= n;
+	atomic_store(&buf->disk_used, true);
+}
+
+/* A shared page (or one mapped for sharing) gets a private copy first,
+ * through the heaps' mappings; its other holders keep the old page. */
+static int make_private(struct sb_buf *buf, size_t idx)
+{
+	struct sb_pool *pool = buf->pool;
+	uint64_t pte = buf->pte[idx];
+	sbi_pid old = sbi_pte_pid(pte) - 1, pid;
+	int r;
+
+	r = sbi_pool_alloc(pool, buf, 0, 1, &pid);
+	if (r < 0)
+		return r;
+	memcpy(sbi_pid_mem(pool, pid), sbi_pid_mem(pool, old),
+	       pool->page_size);
+	/* The new mapping shows the same bytes: a touch meanwhile reads
+	 * them, and a write (the old one was write-protected) lands in the
+	 * copy, before the protection of step 1. */
+	r = sbi_vma_place(buf, idx, 1, pid, buf->flags & SBI_BUF_RO);
+	if (r < 0) {
+		sbi_pool_put(pool, &(sbi_pid){pid + 1}, 1);
+		return r;
+	}
+	buf->pte[idx] = (uint64_t)pid + 1;
+	sbi_pool_put(pool, &(sbi_pid){old + 1}, 1);
+	return 0;
+}
+
+/* Drop clean pages (a file's): their data is still in the file. */
+static long drop_pages(struct sb_buf *buf, const size_t *idx, size_t n)
+{
+	struct sb_pool *pool = buf->pool;
+	int r = freeze(buf, idx, n);
+
+	if (r < 0)
+		return r;
+	release(buf, idx, n, NULL);
+	count(&pool->n_dropped, n);
+	return (long)n;
+}
+
+/* Write pages idx[0..n) (n <= BATCH, placed, private) to spill slots and
+ * release them. All or nothing. */
+static long write_pages(struct sb_buf *buf, const size_t *idx, size_t n)
+{
+	struct sb_pool *pool = buf->pool;
+	struct sbi_disk *d;
+	uint32_t slots[BATCH];
+	struct sbi_io *ios[BATCH];
+	struct sbi_io_wait w;
+	size_t nio = 0;
+	int r = 0;
+
+	d = sbi_disk_get(pool, &r);
+	if (!d)
+		return r;
+	r = sbi_spill_alloc(d, n, slots);
+	if (r < 0)
+		return r;
+	r = freeze(buf, idx, n);
+	if (r < 0) {
+		sbi_spill_free(d, slots, n);
+		return r;
+	}
+	sbi_io_wait_init(&w, n);
+	for (size_t k = 0; k < n; k++) {
+		struct sbi_io *io = sbi_io_get(d->io);
+
+		if (!io) {
+			r = -ENOMEM;
+			break;
+		}
+		io->write = true;
+		io->fd = d->spill_fd;
+		io->off = sbi_spill_off(d, slots[k]);
+		io->mem = sbi_pid_mem(pool, sbi_pte_pid(buf->pte[idx[k]]) - 1);
+		io->len = pool->page_size;
+		io->wait = &w;
+		io->done = sbi_io_wait_done;
+		/* Write-protected: the bytes cannot change under us. */
+		sbi_spill_set_crc(d, slots[k], sbi_crc32c(io->mem, io->len));
+		ios[nio++] = io;
+	}
+	if (r < 0) {
+		/* Not one was submitted. */
+		for (size_t k = 0; k < nio; k++)
+			sbi_io_put(d->io, ios[k]);
+		pthread_mutex_destroy(&w.lock);
+		pthread_cond_destroy(&w.cond);
+	} else {
+		sbi_io_submit(d->io, ios, nio);
+		r = sbi_io_wait(&w);
+		for (size_t k = 0; k < nio; k++)
+			sbi_io_put(d->io, ios[k]);
+	}
+	if (r < 0) {
+		/* Lift the protection (waking blocked writers): the pages
+		 * stay as they were. */
+		for (size_t k = 0; k < n; k++)
+			uffd_wp(pool->uffd,
+				buf->base + (idx[k] << pool->page_shift),
+				pool->page_size, false);
+		sbi_spill_free(d, slots, n);
+		if (r != -ENOSPC)
+			count(&pool->n_io_errors, 1);
+		sbi_warn("eviction of %zu pages of buffer %u: %s; kept in "
+			 "memory", n, buf->id, strerror(-r));
+		return r;
+	}
+	release(buf, idx, n, slots);
+	count(&pool->n_pages_out, n);
+	count(&pool->n_bytes_written, n * pool->page_size);
+	return (long)n;
+}
+
+static long evict_pages(struct sb_buf *buf, const size_t *idx, size_t n)
+{
+	return buf->flags & SBI_BUF_RO ? drop_pages(buf, idx, n)
+				       : write_pages(buf, idx, n);
+}
+
+long sbi_evict_locked(struct sb_buf *buf, size_t first, size_t end)
+{
+	size_t idx[BATCH], n = 0;
+	long done = 0, r;
+
+	for (size_t i = first; i < end; i++) {
+		uint64_t pte = buf->pte[i];
+
+		if (!sbi_pte_pid(pte))
+			continue;
+		if ((pte & (SBI_PTE_SHARED | SBI_PTE_PRIVMAP |
+			    SBI_PTE_WPFAIL)) &&
+		    make_private(buf, i) < 0)
+			continue;	/* no page for the copy: stays */
+		idx[n++] = i;
+		if (n == BATCH || i + 1 == end) {
+			r = evict_pages(buf, idx, n);
+			if (r < 0)
+				return done ? done : r;
+			done += r;
+			n = 0;
+		}
+	}
+	if (n) {
+		r = evict_pages(buf, idx, n);
+		if (r < 0)
+			return done ? done : r;
+		done += r;
+	}
+	return done;
+}
+
+/* ---- the clock ---------------------------------------------------------------- */
+
+struct cand {
+	uintptr_t addr;
+	sbi_pid pid;
+};
+
+static int cmp_cand(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+
+	return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* Up to want pages the clock would take; pool->lock held. */
+static size_t pick(struct sb_pool *pool, struct cand *c, size_t want)
+{
+	size_t total = (size_t)pool->heap_hi * pool->pages_per_heap, got = 0;
+
+	for (size_t step = 0; step < 3 * total && got < want; step++) {
+		size_t p = pool->clock_hand++ % total;
+		struct sbi_heap *h = pool->heaps[p / pool->pages_per_heap];
+		uint32_t i = (uint32_t)(p % pool->pages_per_heap);
+		uintptr_t addr;
+		uint8_t bit;
+
+		if (!h || h->state[i] != SBI_PG_USED || h->refs[i] != 1)
+			continue;
+		addr = __atomic_load_n(&h->raddr[i], __ATOMIC_RELAXED);
+		if (!addr)
+			continue;
+		bit = __atomic_load_n(&h->rbit[i], __ATOMIC_RELAXED);
+		if (bit == SBI_RBIT_HOT && step < 2 * total)
+			continue;	/* only when nothing else is left */
+		if (bit == SBI_RBIT_REF) {
+			__atomic_store_n(&h->rbit[i], SBI_RBIT_COLD,
+					 __ATOMIC_RELAXED);
+			continue;	/* second chance */
+		}
+		/* Off the clock while it is being evicted: the hand may come
+		 * round again in this same call. */
+		__atomic_store_n(&h->raddr[i], 0, __ATOMIC_RELAXED);
+		c[got++] = (struct cand){addr, (sbi_pid)p};
+	}
+	return got;
+}
+
+/* Evict pages idx[0..m) of buf (locked); pages that stay (a failed write)
+ * go back on the clock. */
+static size_t evict_or_keep(struct sb_buf *buf, const size_t *idx, size_t m)
+{
+	long r = evict_pages(buf, idx, m);
+
+	if (r > 0)
+		return (size_t)r;
+	for (size_t k = 0; k < m; k++)
+		if (sbi_pte_pid(buf->pte[idx[k]]))
+			sbi_rmap_note(buf, idx[k],
+				      sbi_pte_pid(buf->pte[idx[k]]) - 1);
+	return 0;
+}
+
+/* Candidates [k, j) of a buffer we could not lock: back on the clock. */
+static void unpick(struct sb_pool *pool, const struct cand *c, size_t k,
+		   size_t j)
+{
+	for (; k < j; k++) {
+		struct sbi_heap *h = sbi_pid_heap(pool, c[k].pid);
+
+		__atomic_store_n(&h->raddr[sbi_pid_index(pool, c[k].pid)],
+				 c[k].addr, __ATOMIC_RELAXED);
+	}
+}
+
+/* Evict up to want cold pages; returns how many went. */
+static size_t evict_cold(struct sb_pool *pool, size_t want,
+			 struct sb_buf *held, bool reg_held)
+{
+	struct cand c[MAX_CAND];
+	size_t n, done = 0;
+
+	if (want > MAX_CAND)
+		want = MAX_CAND;
+	pthread_mutex_lock(&pool->lock);
+	n = pick(pool, c, want);
+	pthread_mutex_unlock(&pool->lock);
+	if (!n)
+		return 0;
+	qsort(c, n, sizeof(c[0]), cmp_cand);
+	if (!reg_held)
+		pthread_rwlock_rdlock(&pool->reg_lock);
+	for (size_t k = 0; k < n;) {
+		struct sb_buf *buf = sbi_pool_lookup(pool, c[k].addr);
+		size_t idx[BATCH], m = 0, j = k;
+
+		/* The candidates of one buffer, together. */
+		while (j < n && buf && c[j].addr < (uintptr_t)buf->base +
+							   buf->length)
+			j++;
+		if (!buf || !tracked(buf)) {
+			k = j > k ? j : k + 1;
+			continue;
+		}
+		if (buf != held && pthread_mutex_trylock(&buf->lock) != 0) {
+			unpick(pool, c, k, j);
+			k = j;	/* busy: try others */
+			continue;
+		}
+		for (; k < j; k++) {
+			size_t i = (c[k].addr - (uintptr_t)buf->base) >>
+				   pool->page_shift;
+
+			/* Still that page, placed, and ours alone? */
+			if (buf->pte[i] != (uint64_t)c[k].pid + 1)
+				continue;
+			idx[m++] = i;
+			if (m == BATCH) {
+				done += evict_or_keep(buf, idx, m);
+				m = 0;
+			}
+		}
+		if (m)
+			done += evict_or_keep(buf, idx, m);
+		if (buf != held)
+			pthread_mutex_unlock(&buf->lock);
+	}
+	if (!reg_held)
+		pthread_rwlock_unlock(&pool->reg_lock);
+	return done;
+}
+
+int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
+	      size_t n, sbi_pid *out, struct sb_buf *held, bool reg_held)
+{
+	/* Evict in batches: each write-out waits for the disk once. Up to
+	 * 1 MiB, and a 16th of the budget: the clock's choice should decide
+	 * what goes, not the batch. */
+	size_t batch = ((size_t)1 << 20) >> pool->page_shift;
+	int r;
+
+	if (batch > pool->max_pages / 16)
+		batch = pool->max_pages / 16;
+	if (batch < 1)
+		batch = 1;
+	for (int round = 0;; round++) {
+		bool over;
+
+		r = sbi_pool_alloc(pool, buf, hint1, n, out);
+		if (r != -ENOMEM || !atomic_load(&pool->n_evictable) ||
+		    round == 16)
+			return r;
+		pthread_mutex_lock(&pool->lock);
+		over = pool->used + n > pool->max_pages;
+		pthread_mutex_unlock(&pool->lock);
+		if (!over)
+			return r;	/* the kernel said no, not the budget */
+		if (!evict_cold(pool, n > batch ? n : batch, held, reg_held))
+			return r;
+	}
+}
+
+/* ---- the API ----------------------------------------------------------------- */
+
+SB_API long sb_buf_evict(struct sb_buf *buf, size_t off, size_t len)
+{
+	struct sb_pool *pool;
+	size_t first, end;
+	long r;
+
+	if (!buf)
+		return -EINVAL;
+	if ((r = sbi_pool_check(buf->pool)) < 0)
+		return r;
+	pool = buf->pool;
+	if (off > buf->length || len > buf->length - off)
+		return -ERANGE;
+	if (!pool->can_wp && !(buf->flags & SBI_BUF_RO))
+		return -EOPNOTSUPP;	/* no write-protect on shmem */
+	/* Only pages lying wholly inside the range, as sb_buf_unmap. */
+	first = (off >> pool->page_shift) + !!(off & (pool->page_size - 1));
+	end = (off + len) >> pool->page_shift;
+	if (first >= end)
+		return 0;
+	sbi_prefetch_cancel(buf, first, end);
+	pthread_rwlock_rdlock(&pool->layout);
+	pthread_mutex_lock(&buf->lock);
+	r = sbi_evict_locked(buf, first, end);
+	pthread_mutex_unlock(&buf->lock);
+	pthread_rwlock_unlock(&pool->layout);
+	return r;
+}
+
+SB_API long sb_buf_advise(struct sb_buf *buf, size_t off, size_t len,
+			  enum sb_advice advice)
+{
+	struct sb_pool *pool;
+	size_t first, end;
+	long n = 0, r;
+	uint8_t bit;
+
+	if (!buf)
+		return -EINVAL;
+	if ((r = sbi_pool_check(buf->pool)) < 0)
+		return r;
+	pool = buf->pool;
+	if (off > buf->length || len > buf->length - off)
+		return -ERANGE;
+	if (!len)
+		return 0;
+	first = off >> pool->page_shift;
+	end = ((off + len - 1) >> pool->page_shift) + 1;
+	switch (advice) {
+	case SB_ADVICE_DONTNEED:
+		return sb_buf_evict(buf, off, len);
+	case SB_ADVICE_WILLNEED:
+		return sb_buf_prefetch(buf, &(struct sb_range){off, len}, 1, 0);
+	case SB_ADVICE_NORMAL:
+		bit = SBI_RBIT_REF;
+		break;
+	case SB_ADVICE_HOT:
+		bit = SBI_RBIT_HOT;
+		break;
+	case SB_ADVICE_COLD:
+		bit = SBI_RBIT_COLD;
+		break;
+	default:
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&buf->lock);
+	for (size_t i = first; i < end; i++) {
+		sbi_pid p = sbi_pte_pid(buf->pte[i]);
+
+		if (!p)
+			continue;
+		__atomic_store_n(&sbi_pid_heap(pool, p - 1)
+					  ->rbit[sbi_pid_index(pool, p - 1)],
+				 bit, __ATOMIC_RELAXED);
+		n++;
+	}
+	pthread_mutex_unlock(&buf->lock);
+	return n;
+}

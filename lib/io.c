@@ -1,0 +1,475 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The I/O engine of the disk tier: reads and writes between heap pages and
+ * files, many in flight at once, finished on one completion thread.
+ *
+ *   io_uring   one ring per pool; submitters prepare SQEs under io->lock
+ *              and submit a batch with one io_uring_enter; requests that
+ *              find the ring full wait in a software queue that the
+ *              completion thread feeds in as completions free slots. So a
+ *              submitter never waits for the disk, whatever locks it holds.
+ *   fallback   pread/pwrite on a few worker threads, for kernels or
+ *              sandboxes without io_uring (SPARSEBUF_PAGER=sync forces it).
+ *
+ * Either way a request's done() runs on the completion thread. done() may
+ * refuse (return false) when it would have to wait for a lock: a thread
+ * holding a buffer's lock may be waiting for one of our completions, so
+ * this thread never blocks on a buffer lock; refused requests are retried
+ * after the next round. Registered buffers are not used: registering a heap
+ * pins every page of it, which would defeat the holes the pool punches.
+ *
+ * Request memory comes from mmap'd slabs (never malloc: the fault path
+ * submits) and is recycled through a free list.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define RING_DEPTH 256
+#define SLAB_IOS 256
+#define NWORKERS 4
+
+struct slab {
+	struct slab *next;
+	struct sbi_io ios[SLAB_IOS];
+};
+
+struct sbi_ioq {
+	struct sbi_io *head, *tail;
+};
+
+struct sbi_io_engine {
+	bool uring;
+	char name[48];
+	struct io_uring ring;
+	pthread_mutex_t lock;	/* everything below; never held for I/O */
+	pthread_cond_t work_cond;	/* fallback workers: work or stop */
+	struct sbi_ioq pending;	/* not yet in the ring / for the workers */
+	struct sbi_ioq done;	/* fallback: finished, for the completer */
+	unsigned in_ring;	/* SQEs submitted, CQE not reaped */
+	unsigned busy;		/* requests anywhere in the engine */
+	struct sbi_io *free;
+	struct slab *slabs;
+	bool stopping;
+	int wake_fd;		/* eventfd: completer wake-up */
+	pthread_t completer;
+	pthread_t workers[NWORKERS];
+	int nworkers;
+};
+
+static void q_push(struct sbi_ioq *q, struct sbi_io *io)
+{
+	io->next = NULL;
+	if (q->tail)
+		q->tail->next = io;
+	else
+		q->head = io;
+	q->tail = io;
+}
+
+static struct sbi_io *q_pop(struct sbi_ioq *q)
+{
+	struct sbi_io *io = q->head;
+
+	if (io) {
+		q->head = io->next;
+		if (!q->head)
+			q->tail = NULL;
+	}
+	return io;
+}
+
+static void wake_completer(struct sbi_io_engine *e)
+{
+	uint64_t one = 1;
+
+	if (write(e->wake_fd, &one, sizeof(one)) < 0) {
+		/* The counter is saturated: it is readable anyway. */
+	}
+}
+
+/* ---- request memory --------------------------------------------------------- */
+
+struct sbi_io *sbi_io_get(struct sbi_io_engine *e)
+{
+	struct sbi_io *io;
+
+	pthread_mutex_lock(&e->lock);
+	if (!e->free) {
+		struct slab *s = sbi_meta_alloc(sizeof(*s), false);
+
+		if (!s) {
+			pthread_mutex_unlock(&e->lock);
+			return NULL;
+		}
+		s->next = e->slabs;
+		e->slabs = s;
+		for (int i = 0; i < SLAB_IOS; i++) {
+			s->ios[i].next = e->free;
+			e->free = &s->ios[i];
+		}
+	}
+	io = e->free;
+	e->free = io->next;
+	pthread_mutex_unlock(&e->lock);
+	memset(io, 0, sizeof(*io));
+	return io;
+}
+
+void sbi_io_put(struct sbi_io_engine *e, struct sbi_io *io)
+{
+	pthread_mutex_lock(&e->lock);
+	io->next = e->free;
+	e->free = io;
+	pthread_mutex_unlock(&e->lock);
+}
+
+/* ---- submission ------------------------------------------------------------- */
+
+static void prep_sqe(struct io_uring_sqe *sqe, struct sbi_io *io)
+{
+	if (io->write)
+		io_uring_prep_write(sqe, io->fd, io->mem, (unsigned)io->len,
+				    io->off);
+	else
+		io_uring_prep_read(sqe, io->fd, io->mem, (unsigned)io->len,
+				   io->off);
+	io_uring_sqe_set_data(sqe, io);
+}
+
+/* Move pending requests into free SQEs; e->lock held. Returns how many. */
+static unsigned fill_ring(struct sbi_io_engine *e)
+{
+	unsigned n = 0;
+
+	while (e->pending.head && e->in_ring < RING_DEPTH) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
+
+		if (!sqe)
+			break;
+		prep_sqe(sqe, q_pop(&e->pending));
+		e->in_ring++;
+		n++;
+	}
+	return n;
+}
+
+static void submit_ring(struct sbi_io_engine *e)
+{
+	for (int tries = 0; tries < 100; tries++) {
+		int r = io_uring_submit(&e->ring);
+
+		if (r >= 0 || (r != -EAGAIN && r != -EINTR && r != -EBUSY))
+			return;
+	}
+}
+
+void sbi_io_submit(struct sbi_io_engine *e, struct sbi_io **ios, size_t n)
+{
+	if (!n)
+		return;
+	pthread_mutex_lock(&e->lock);
+	for (size_t k = 0; k < n; k++)
+		q_push(&e->pending, ios[k]);
+	e->busy += (unsigned)n;
+	if (e->uring) {
+		if (fill_ring(e))
+			submit_ring(e);
+	} else {
+		pthread_cond_broadcast(&e->work_cond);
+	}
+	pthread_mutex_unlock(&e->lock);
+}
+
+/* ---- the fallback's workers ---------------------------------------------------- */
+
+static ssize_t do_sync(struct sbi_io *io)
+{
+	size_t done = 0;
+
+	while (done < io->len) {
+		ssize_t r = io->write ? pwrite(io->fd, (char *)io->mem + done,
+					       io->len - done,
+					       (off_t)(io->off + done))
+				      : pread(io->fd, (char *)io->mem + done,
+					      io->len - done,
+					      (off_t)(io->off + done));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break;	/* end of file */
+		done += (size_t)r;
+	}
+	return (ssize_t)done;
+}
+
+static void *worker(void *arg)
+{
+	struct sbi_io_engine *e = arg;
+
+	pthread_mutex_lock(&e->lock);
+	for (;;) {
+		struct sbi_io *io = q_pop(&e->pending);
+
+		if (!io) {
+			if (e->stopping)
+				break;
+			pthread_cond_wait(&e->work_cond, &e->lock);
+			continue;
+		}
+		pthread_mutex_unlock(&e->lock);
+		io->res = do_sync(io);
+		pthread_mutex_lock(&e->lock);
+		q_push(&e->done, io);
+		wake_completer(e);
+	}
+	pthread_mutex_unlock(&e->lock);
+	return NULL;
+}
+
+/* ---- completion ---------------------------------------------------------------- */
+
+/* Finished requests, in a list; waits up to timeout_ms (-1: forever). */
+static struct sbi_io *reap(struct sbi_io_engine *e, int timeout_ms)
+{
+	struct sbi_ioq got = {0};
+
+	if (e->uring) {
+		struct io_uring_cqe *cqe;
+		struct pollfd pfd = {.fd = e->wake_fd, .events = POLLIN};
+		unsigned head, n = 0;
+
+		/* Sleep in poll on both the ring's fd and the wake-up fd. */
+		if (!io_uring_cq_ready(&e->ring)) {
+			struct pollfd two[2] = {
+				{.fd = e->ring.ring_fd, .events = POLLIN},
+				pfd,
+			};
+
+			poll(two, 2, timeout_ms);
+		}
+		if (poll(&pfd, 1, 0) == 1) {
+			uint64_t v;
+
+			if (read(e->wake_fd, &v, sizeof(v)) < 0) {
+				/* Raced with another read: nothing to do. */
+			}
+		}
+		/* Under the lock the submitter released after filling the
+		 * request: the hand-over through the kernel is then ordered
+		 * for ThreadSanitizer too. */
+		pthread_mutex_lock(&e->lock);
+		io_uring_for_each_cqe(&e->ring, head, cqe)
+		{
+			struct sbi_io *io = io_uring_cqe_get_data(cqe);
+
+			io->res = cqe->res;
+			q_push(&got, io);
+			n++;
+		}
+		io_uring_cq_advance(&e->ring, n);
+		e->in_ring -= n;
+		if (fill_ring(e))
+			submit_ring(e);
+		pthread_mutex_unlock(&e->lock);
+	} else {
+		struct pollfd pfd = {.fd = e->wake_fd, .events = POLLIN};
+		uint64_t v;
+
+		pthread_mutex_lock(&e->lock);
+		if (!e->done.head) {
+			pthread_mutex_unlock(&e->lock);
+			poll(&pfd, 1, timeout_ms);
+			pthread_mutex_lock(&e->lock);
+		}
+		if (read(e->wake_fd, &v, sizeof(v)) < 0) {
+			/* Not readable: fine. */
+		}
+		got = e->done;
+		e->done.head = e->done.tail = NULL;
+		pthread_mutex_unlock(&e->lock);
+	}
+	return got.head;
+}
+
+static void *completer(void *arg)
+{
+	struct sbi_io_engine *e = arg;
+	struct sbi_ioq refused = {0};
+
+	for (;;) {
+		struct sbi_io *io, *next, *retry = refused.head;
+		unsigned finished = 0;
+		bool stop;
+
+		refused.head = refused.tail = NULL;
+		io = reap(e, retry ? 1 : -1);
+		/* Earlier refusals first: they have waited longest. */
+		for (int pass = 0; pass < 2; pass++) {
+			for (struct sbi_io *p = pass ? io : retry; p; p = next) {
+				next = p->next;
+				if (p->done(p))
+					finished++;
+				else
+					q_push(&refused, p);
+			}
+		}
+		pthread_mutex_lock(&e->lock);
+		e->busy -= finished;
+		stop = e->stopping && !e->busy;
+		pthread_mutex_unlock(&e->lock);
+		if (stop)
+			break;
+	}
+	return NULL;
+}
+
+/* ---- waiting for a batch -------------------------------------------------------- */
+
+bool sbi_io_wait_done(struct sbi_io *io)
+{
+	struct sbi_io_wait *w = io->wait;
+
+	pthread_mutex_lock(&w->lock);
+	if (io->res < 0 && !w->err)
+		w->err = (int)io->res;
+	else if (io->write && (size_t)io->res < io->len && !w->err)
+		w->err = -ENOSPC;	/* a short write: the disk is full */
+	if (--w->left == 0)
+		pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+	return true;
+}
+
+void sbi_io_wait_init(struct sbi_io_wait *w, size_t n)
+{
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, NULL);
+	w->left = n;
+	w->err = 0;
+}
+
+int sbi_io_wait(struct sbi_io_wait *w)
+{
+	int err;
+
+	pthread_mutex_lock(&w->lock);
+	while (w->left)
+		pthread_cond_wait(&w->cond, &w->lock);
+	err = w->err;
+	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_destroy(&w->lock);
+	pthread_cond_destroy(&w->cond);
+	return err;
+}
+
+/* ---- creation -------------------------------------------------------------------- */
+
+const char *sbi_io_name(const struct sbi_io_engine *e)
+{
+	return e->name;
+}
+
+/* Set up a ring, or say why not (-errno). */
+static int setup_ring(struct sbi_io_engine *e)
+{
+	const char *force = getenv("SPARSEBUF_PAGER");
+
+	if (force && !strcmp(force, "sync"))
+		return -ENOTSUP;
+	return io_uring_queue_init(RING_DEPTH, &e->ring, 0);
+}
+
+struct sbi_io_engine *sbi_io_create(int *err)
+{
+	struct sbi_io_engine *e = calloc(1, sizeof(*e));
+	sigset_t all, old;
+	int r;
+
+	if (!e) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_init(&e->lock, NULL);
+	pthread_cond_init(&e->work_cond, NULL);
+	e->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (e->wake_fd < 0) {
+		*err = -errno;
+		goto out_free;
+	}
+	r = setup_ring(e);
+	e->uring = r == 0;
+	if (e->uring)
+		snprintf(e->name, sizeof(e->name), "io_uring");
+	else
+		snprintf(e->name, sizeof(e->name), "pread/pwrite (io_uring: %s)",
+			 r == -ENOTSUP ? "off" : strerror(-r));
+	/* The engine's threads take no signals meant for the program. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	r = -pthread_create(&e->completer, NULL, completer, e);
+	for (; r == 0 && !e->uring && e->nworkers < NWORKERS; e->nworkers++) {
+		if (pthread_create(&e->workers[e->nworkers], NULL, worker, e))
+			break;	/* fewer workers will do */
+		pthread_setname_np(e->workers[e->nworkers], "sb-io");
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (r < 0) {
+		*err = r;
+		goto out_ring;
+	}
+	pthread_setname_np(e->completer, "sb-io-done");
+	if (!e->uring && e->nworkers == 0) {
+		sbi_io_destroy(e);
+		*err = -EAGAIN;
+		return NULL;
+	}
+	return e;
+out_ring:
+	if (e->uring)
+		io_uring_queue_exit(&e->ring);
+	close(e->wake_fd);
+out_free:
+	pthread_mutex_destroy(&e->lock);
+	pthread_cond_destroy(&e->work_cond);
+	free(e);
+	return NULL;
+}
+
+/* Waits for every request in flight to finish (their done() run). */
+void sbi_io_destroy(struct sbi_io_engine *e)
+{
+	if (!e)
+		return;
+	pthread_mutex_lock(&e->lock);
+	e->stopping = true;
+	pthread_cond_broadcast(&e->work_cond);
+	pthread_mutex_unlock(&e->lock);
+	wake_completer(e);
+	pthread_join(e->completer, NULL);
+	for (int i = 0; i < e->nworkers; i++)
+		pthread_join(e->workers[i], NULL);
+	if (e->uring)
+		io_uring_queue_exit(&e->ring);
+	close(e->wake_fd);
+	while (e->slabs) {
+		struct slab *s = e->slabs;
+
+		e->slabs = s->next;
+		sbi_meta_free(s, sizeof(*s));
+	}
+	pthread_mutex_destroy(&e->lock);
+	pthread_cond_destroy(&e->work_cond);
+	free(e);
+}

@@ -1,0 +1,468 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Page-ins: bringing a page whose data is on disk (evicted to the spill
+ * file, or never yet read from a buffer's file) back under its address.
+ *
+ *   1. Under the buffer's lock, take a pool page and mark the entry in
+ *      flight (DISK | INFLIGHT | pid + 1); the request keeps the old entry
+ *      (which spill slot, or the file). A touch of a page in flight adds
+ *      nothing: the thread waits, on the userfaultfd, for that read.
+ *   2. The read goes to the I/O engine straight into the pool page (the
+ *      heaps' own mapping, O_DIRECT where the file allows).
+ *   3. On the completion thread: check (CRC-32C for spill and save files;
+ *      zeros past the end of a file), then, under the buffer's lock, if
+ *      the entry is still the one we marked, map the page and wake the
+ *      waiters. If the entry changed (unmap, destroy), the page goes back.
+ *      A failed read or a bad checksum poisons the page: the toucher gets
+ *      SIGBUS, io_errors rises, no other page is affected.
+ *
+ * Sequential touches read ahead: a fault right after the previous page
+ * (or on a page still in flight, which means the reader is ahead of the
+ * disk) starts reads for a window that doubles up to 16 MiB, so a
+ * streaming reader keeps the queue deep while it waits.
+ */
+#include "internal.h"
+#include "trace.h"
+#include "uffd_compat.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#define RA_MIN_BYTES ((size_t)128 << 10)
+#define RA_MAX_BYTES ((size_t)16 << 20)
+#define BATCH 64
+
+static _Atomic unsigned test_fail_count;
+static _Atomic int test_fail_err;
+
+/* Test hook: the next count page-in reads this process starts fail with
+ * -err (reads ahead of a touch excepted: they are not asked for). */
+void sbi_test_io_fail(int err, unsigned count);
+void sbi_test_io_fail(int err, unsigned count)
+{
+	atomic_store(&test_fail_err, err);
+	atomic_store(&test_fail_count, count);
+}
+
+/* Whether the read being started gets the injected failure: decided in
+ * the order reads start (the touched page before its readahead). */
+static int injected_failure(void)
+{
+	unsigned n = atomic_load(&test_fail_count);
+
+	while (n) {
+		if (atomic_compare_exchange_weak(&test_fail_count, &n, n - 1))
+			return -atomic_load(&test_fail_err);
+	}
+	return 0;
+}
+
+static void count(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* ---- where the data is ----------------------------------------------------- */
+
+void sbi_src_where(struct sb_buf *buf, size_t idx, uint64_t pte, int *fd,
+		   uint64_t *off, size_t *len)
+{
+	struct sb_pool *pool = buf->pool;
+	uint32_t slot1 = sbi_pte_slot1(pte);
+	uint64_t at = (uint64_t)idx << pool->page_shift;
+	struct sbi_src *src = buf->src;
+
+	if (slot1) {
+		struct sbi_disk *d = pool->disk;
+
+		*fd = d->spill_fd;
+		*off = sbi_spill_off(d, slot1 - 1);
+		*len = pool->page_size;
+		return;
+	}
+	*fd = src->fd;
+	*off = src->base + at;
+	*len = 0;
+	if (at < src->size) {
+		uint64_t left = src->size - at;
+
+		/* Whole 4 KiB blocks (O_DIRECT); the end of the file cuts
+		 * the read short, and the check zeroes the rest. */
+		*len = left < pool->page_size ? (size_t)((left + 4095) & ~4095ull)
+					      : pool->page_size;
+	}
+}
+
+int sbi_src_check(struct sb_buf *buf, size_t idx, uint64_t src_pte,
+		  void *mem, ssize_t res)
+{
+	struct sb_pool *pool = buf->pool;
+	size_t ps = pool->page_size;
+	uint32_t slot1 = sbi_pte_slot1(src_pte);
+	uint64_t at = (uint64_t)idx << pool->page_shift;
+	struct sbi_src *src = buf->src;
+	size_t valid;
+
+	if (res < 0)
+		return (int)res;
+	if (slot1) {
+		if ((size_t)res != ps)
+			return -EIO;	/* the spill file lost data */
+		return sbi_crc32c(mem, ps) == sbi_spill_crc(pool->disk,
+							    slot1 - 1)
+			       ? 0
+			       : -EBADMSG;
+	}
+	valid = at < src->size ? (size_t)(src->size - at) : 0;
+	if (valid > (size_t)res)
+		valid = (size_t)res;
+	if (!src->save) {
+		/* A plain file: what lies past its end reads as zeros. */
+		if (valid < ps)
+			memset((char *)mem + valid, 0, ps - valid);
+		return 0;
+	}
+	for (size_t b = 0; b < ps; b += 4096) {
+		size_t blk = (size_t)((at + b) >> 12);
+		bool present = blk < src->nblocks &&
+			       (src->present[blk / 64] >> (blk % 64) & 1);
+
+		if (!present) {
+			memset((char *)mem + b, 0, 4096);	/* a hole */
+			continue;
+		}
+		if (b + 4096 > valid)
+			return -EIO;	/* the file was cut short */
+		if (sbi_crc32c((char *)mem + b, 4096) != src->crc[blk])
+			return -EBADMSG;
+	}
+	return 0;
+}
+
+/* ---- completion --------------------------------------------------------------- */
+
+void sbi_pte_release(struct sb_buf *buf, uint64_t pte)
+{
+	struct sb_pool *pool = buf->pool;
+	uint32_t slot1 = sbi_pte_slot1(pte);
+	sbi_pid kept = sbi_pte_kept(pte);
+
+	if (pte & SBI_PTE_INFLIGHT)
+		return;	/* the request gives them back when it finishes */
+	if ((pte & SBI_PTE_DISK) && slot1)
+		sbi_spill_free(pool->disk, &(uint32_t){slot1 - 1}, 1);
+	if (kept)
+		sbi_pool_drop_evicted(pool, &(sbi_pid){kept - 1}, 1);
+}
+
+/* Make the touch of page idx raise SIGBUS. A kept page was write-protected
+ * when it was evicted; the marker that leaves must go first. */
+static void poison(struct sb_buf *buf, size_t idx, bool kept)
+{
+	struct sb_pool *pool = buf->pool;
+
+	if (kept) {
+		struct uffdio_writeprotect wp = {
+			.range = {.start = (uintptr_t)buf->base +
+					   (idx << pool->page_shift),
+				  .len = pool->page_size},
+			.mode = UFFDIO_WRITEPROTECT_MODE_DONTWAKE,
+		};
+
+		ioctl(pool->uffd, UFFDIO_WRITEPROTECT, &wp);
+	}
+	sbi_vma_poison(buf, idx);
+}
+
+static bool pagein_done(struct sbi_io *io)
+{
+	struct sb_buf *buf = io->buf;
+	struct sb_pool *pool = buf->pool;
+	struct sbi_disk *d = pool->disk;
+	uint64_t *pte = &buf->pte[io->idx];
+	uint32_t slot1 = sbi_pte_slot1(io->src_pte);
+	sbi_pid kept = sbi_pte_kept(io->src_pte);
+	bool drop_slot = slot1 != 0, drop_kept = kept != 0;
+
+	if (!io->checked) {
+		int r;
+
+		if (io->inject)
+			io->res = io->inject;
+		r = sbi_src_check(buf, io->idx, io->src_pte, io->mem, io->res);
+		io->ok = r == 0;
+		io->checked = true;
+		if (r < 0) {
+			sbi_err("page-in of page %zu of buffer %u: %s", io->idx,
+				buf->id,
+				r == -EBADMSG ? "checksum mismatch"
+					      : strerror(-r));
+			count(&pool->n_io_errors, 1);
+		}
+	}
+	/* A thread may hold these while it waits for one of our writes. */
+	if (pthread_rwlock_tryrdlock(&pool->layout) != 0)
+		return false;
+	if (pthread_mutex_trylock(&buf->lock) != 0) {
+		pthread_rwlock_unlock(&pool->layout);
+		return false;
+	}
+	sbi_pool_mark_io(pool, io->pid, false);
+	if (*pte != io->pte) {
+		/* Unmapped or destroyed meanwhile: nobody wants the data,
+		 * and what the entry held is ours to give back. */
+		sbi_pool_put(pool, &(sbi_pid){io->pid + 1}, 1);
+	} else if (io->ok &&
+		   sbi_vma_place(buf, io->idx, 1, io->pid,
+				 buf->flags & SBI_BUF_RO) == 0) {
+		/* Mapped over the kept page, complete: there is no moment
+		 * at which a touch could see anything else. */
+		*pte = (uint64_t)io->pid + 1;
+		buf->nplaced++;
+		sbi_rmap_note(buf, io->idx, io->pid);
+		count(&pool->n_pages_in, 1);
+		count(&pool->n_bytes_read, (uint64_t)io->res);
+		SBI_TRACE_PAGEIN(buf, io->idx);
+	} else {
+		sbi_pool_put(pool, &(sbi_pid){io->pid + 1}, 1);
+		count(&pool->n_sigbus, 1);
+		if (io->ok) {
+			/* Read but not mappable (vm.max_map_count): the data
+			 * stays on disk; this touch gets SIGBUS. */
+			*pte = io->src_pte;
+			drop_slot = drop_kept = false;
+		} else {
+			/* The kept page (if any) stays, poisoned. */
+			*pte = SBI_PTE_POISON | SBI_PTE_IOERR |
+			       (kept ? SBI_PTE_KEEP | kept : 0);
+			drop_kept = false;
+		}
+		poison(buf, io->idx, kept != 0);
+	}
+	if (drop_slot)
+		sbi_spill_free(d, &(uint32_t){slot1 - 1}, 1);
+	if (drop_kept)
+		sbi_pool_drop_evicted(pool, &(sbi_pid){kept - 1}, 1);
+	sbi_vma_wake(buf, io->idx);
+	pthread_mutex_unlock(&buf->lock);
+	pthread_rwlock_unlock(&pool->layout);
+	atomic_fetch_sub(&buf->inflight, 1);	/* buf may go after this */
+	sbi_io_put(d->io, io);
+	sbi_disk_signal(d);
+	return true;
+}
+
+/* ---- starting page-ins ---------------------------------------------------------- */
+
+int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
+		     bool reg_held, bool ahead)
+{
+	struct sb_pool *pool = buf->pool;
+	struct sbi_disk *d = pool->disk;
+	uint64_t old = buf->pte[idx];
+	sbi_pid hint = idx ? sbi_pte_pid(buf->pte[idx - 1]) : 0;
+	struct sbi_io *io;
+	sbi_pid pid;
+	int r;
+
+	io = sbi_io_get(d->io);
+	if (!io)
+		return -ENOMEM;
+	r = sbi_alloc(pool, buf, hint, 1, &pid, buf, reg_held);
+	if (r < 0) {
+		sbi_io_put(d->io, io);
+		return r;
+	}
+	/* Eviction of this buffer's pages (to make room) leaves this entry
+	 * alone: it is not placed. */
+	io->done = pagein_done;
+	io->buf = buf;
+	io->idx = idx;
+	io->pid = pid;
+	io->src_pte = old;
+	io->pte = old | SBI_PTE_INFLIGHT;
+	sbi_pool_mark_io(pool, pid, true);
+	io->mem = sbi_pid_mem(pool, pid);
+	io->inject = ahead ? 0 : injected_failure();
+	sbi_src_where(buf, idx, old, &io->fd, &io->off, &io->len);
+	buf->pte[idx] = io->pte;
+	atomic_fetch_add(&buf->inflight, 1);
+	*out = io;
+	return 0;
+}
+
+static bool wants_read(uint64_t pte)
+{
+	return (pte & SBI_PTE_DISK) && !(pte & SBI_PTE_INFLIGHT);
+}
+
+void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
+{
+	struct sb_pool *pool = buf->pool;
+	struct sbi_io *ios[BATCH];
+	size_t n = 0, win = 1, end;
+	uint64_t prev = idx ? buf->pte[idx - 1] : 0;
+	bool seq = idx == buf->ra_next ||
+		   (idx && (sbi_pte_pid(prev) || (prev & SBI_PTE_INFLIGHT)));
+
+	if (seq) {
+		size_t lo = RA_MIN_BYTES >> pool->page_shift;
+		size_t hi = RA_MAX_BYTES >> pool->page_shift;
+
+		/* Never more than a quarter of the budget ahead. */
+		if (pool->max_pages != SIZE_MAX && hi > pool->max_pages / 4)
+			hi = pool->max_pages / 4;
+		if (lo < 1)
+			lo = 1;
+		if (hi < lo)
+			hi = lo;
+		buf->ra_win = buf->ra_win ? 2 * buf->ra_win : lo;
+		if (buf->ra_win > hi)
+			buf->ra_win = hi;
+		win = buf->ra_win;
+	} else {
+		buf->ra_win = 0;
+	}
+	buf->ra_next = idx + 1;
+	end = idx + win < buf->npages ? idx + win : buf->npages;
+	for (size_t j = idx; j < end; j++) {
+		int r;
+
+		if (!wants_read(buf->pte[j]))
+			continue;
+		r = sbi_pagein_start(buf, j, &ios[n], true, j != idx);
+		if (r < 0) {
+			if (j == idx) {
+				/* The touched page cannot be read in:
+				 * SIGBUS, as for a zero-fill page. */
+				sbi_debug("page-in of page %zu of buffer %u: "
+					  "%s: SIGBUS",
+					  idx, buf->id, strerror(-r));
+				count(&buf->pool->n_sigbus, 1);
+				poison(buf, idx,
+				       sbi_pte_kept(buf->pte[idx]) != 0);
+			}
+			break;	/* readahead is best effort */
+		}
+		if (++n == BATCH) {
+			sbi_io_submit(pool->disk->io, ios, n);
+			n = 0;
+		}
+	}
+	sbi_io_submit(pool->disk->io, ios, n);
+}
+
+static bool any_inflight(struct sb_buf *buf, const struct sbi_span *sp,
+			 size_t nsp, bool *ioerr)
+{
+	bool r = false;
+
+	*ioerr = false;
+	pthread_mutex_lock(&buf->lock);
+	for (size_t k = 0; k < nsp; k++) {
+		for (size_t i = sp[k].first; i < sp[k].end; i++) {
+			r |= (buf->pte[i] & SBI_PTE_INFLIGHT) != 0;
+			*ioerr |= (buf->pte[i] & SBI_PTE_IOERR) != 0;
+		}
+	}
+	pthread_mutex_unlock(&buf->lock);
+	return r;
+}
+
+long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
+		      size_t nsp, bool wait)
+{
+	struct sb_pool *pool = buf->pool;
+	struct sbi_disk *d;
+	struct sbi_io *ios[BATCH];
+	size_t n = 0;
+	long queued = 0;
+	int r = 0;
+	bool ioerr;
+
+	d = sbi_disk_get(pool, &r);
+	if (!d)
+		return r;
+	/* Every range's reads in one submission (up to BATCH). */
+	pthread_rwlock_rdlock(&pool->reg_lock);
+	pthread_mutex_lock(&buf->lock);
+	for (size_t k = 0; k < nsp && r == 0; k++) {
+		for (size_t i = sp[k].first; i < sp[k].end; i++) {
+			if (!wants_read(buf->pte[i]))
+				continue;
+			r = sbi_pagein_start(buf, i, &ios[n], true, false);
+			if (r < 0)
+				break;
+			queued++;
+			if (++n == BATCH) {
+				sbi_io_submit(d->io, ios, n);
+				n = 0;
+			}
+		}
+	}
+	sbi_io_submit(d->io, ios, n);
+	pthread_mutex_unlock(&buf->lock);
+	pthread_rwlock_unlock(&pool->reg_lock);
+	if (r < 0 && !queued)
+		return r;
+	if (!wait)
+		return queued;
+	for (;;) {
+		uint64_t gen = sbi_disk_gen(d);
+
+		if (!any_inflight(buf, sp, nsp, &ioerr))
+			break;
+		sbi_disk_wait_gen(d, gen, 100);
+	}
+	if (ioerr)
+		return -EIO;
+	return r < 0 ? r : queued;
+}
+
+long sbi_pagein_range(struct sb_buf *buf, size_t first, size_t end,
+		      bool wait)
+{
+	struct sbi_span sp = {first, end};
+
+	return sbi_pagein_spans(buf, &sp, 1, wait);
+}
+
+void sbi_pagein_drain(struct sb_buf *buf)
+{
+	struct sbi_disk *d = buf->pool->disk;
+
+	while (atomic_load(&buf->inflight)) {
+		uint64_t gen = sbi_disk_gen(d);
+
+		if (!atomic_load(&buf->inflight))
+			break;
+		sbi_disk_wait_gen(d, gen, 100);
+	}
+}
+
+/* ---- synchronous reads (save) ------------------------------------------------- */
+
+int sbi_pagein_read_sync(struct sb_buf *buf, size_t idx, void *mem)
+{
+	struct sbi_disk *d = buf->pool->disk;
+	uint64_t pte = buf->pte[idx];
+	struct sbi_io_wait w;
+	struct sbi_io *io = sbi_io_get(d->io);
+	int r;
+
+	if (!io)
+		return -ENOMEM;
+	sbi_src_where(buf, idx, pte, &io->fd, &io->off, &io->len);
+	io->mem = mem;
+	io->wait = &w;
+	io->done = sbi_io_wait_done;
+	sbi_io_wait_init(&w, 1);
+	sbi_io_submit(d->io, &io, 1);
+	r = sbi_io_wait(&w);
+	if (r == 0)
+		r = sbi_src_check(buf, idx, pte, mem, io->res);
+	sbi_io_put(d->io, io);
+	return r;
+}

@@ -1,0 +1,303 @@
+/* The disk tier, failures on the way in: an injected read error
+ * (sbi_test_io_fail) and a corrupted spill copy (sbi_test_corrupt_spill)
+ * give the touching thread SIGBUS (never zeros, never a hang), raise
+ * io_errors and leave the other evicted pages readable; a failed page stays
+ * failed or reads its exact data, never anything else; sb_buf_unmap
+ * clears it; sb_buf_map of a page whose read fails reports the error (or
+ * leaves a page that raises SIGBUS). Each case runs in a child process, once
+ * per pager (io_uring and SPARSEBUF_PAGER=sync), under a timeout. */
+#include "harness.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+
+#define PAGE (64 * KiB)
+#define HEAP (4 * MiB)
+#define N 8
+
+/* Test hooks, internal symbols of the static library (lib/disk.c). */
+void sbi_test_io_fail(int err, unsigned count);
+int sbi_test_corrupt_spill(struct sb_buf *buf, size_t off);
+
+static uint64_t seed_of(unsigned tag, size_t page)
+{
+	return ((uint64_t)tag << 32) | page;
+}
+
+static __thread sigjmp_buf jb;
+static __thread volatile uintptr_t bus_addr;
+
+static void on_bus(int sig, siginfo_t *si, void *ctx)
+{
+	(void)sig, (void)ctx;
+	bus_addr = (uintptr_t)si->si_addr;
+	siglongjmp(jb, 1);
+}
+
+static void catch_sigbus(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_bus;
+	sa.sa_flags = SA_SIGINFO;
+	sigaction(SIGBUS, &sa, NULL);
+}
+
+enum { PAGE_OK = 0, PAGE_SIGBUS = 1, PAGE_WRONG = 2, PAGE_SIGBUS_ELSEWHERE = 3 };
+
+/* Read page i of x: every byte as fill wrote it (PAGE_OK), SIGBUS inside
+ * the page, wrong data, or SIGBUS at another address. */
+static int read_page(const char *x, size_t i, uint64_t seed)
+{
+	bus_addr = 0;
+	if (sigsetjmp(jb, 1))
+		return bus_addr >= (uintptr_t)x + i * PAGE &&
+				       bus_addr < (uintptr_t)x + (i + 1) * PAGE
+			       ? PAGE_SIGBUS
+			       : PAGE_SIGBUS_ELSEWHERE;
+	return disk_check(x + i * PAGE, PAGE, seed) >= 0 ? PAGE_WRONG
+							   : PAGE_OK;
+}
+
+static const char *what(int res)
+{
+	static const char *const names[] = {"its data", "SIGBUS",
+					    "wrong data (silently)",
+					    "SIGBUS at another address"};
+
+	return res >= 0 && res <= 3 ? names[res] : "?";
+}
+
+#define EXPECT_PAGE(x, i, tag, want)                                         \
+	do {                                                                 \
+		int r_ = read_page((x), (i), seed_of((tag), (i)));           \
+		if (r_ != (want))                                            \
+			FAIL("page %zu: %s, want %s", (size_t)(i), what(r_), \
+			     what(want));                                    \
+	} while (0)
+
+/* N pages placed, filled (tag) and evicted. */
+static struct sb_buf *evicted_buf(struct sb_pool *p, unsigned tag)
+{
+	struct sb_buf *b = make_buf(p, 16 * MiB, 0);
+	char *x = sb_buf_addr(b);
+
+	CHECK_EQ(sb_buf_map(b, 0, N * PAGE), N);
+	for (size_t i = 0; i < N; i++)
+		disk_fill(x + i * PAGE, PAGE, seed_of(tag, i));
+	CHECK_EQ(sb_buf_evict(b, 0, N * PAGE), N);
+	CHECK_EQ(sb_buf_placed(b, 0, N * PAGE), 0);
+	return b;
+}
+
+/* Pages [first, first+n) evicted, and no read in flight: a page-in of a
+ * neighbour may have read them ahead (or be reading them now), and an
+ * injected failure must meet the read of the page meant. */
+static void evicted(struct sb_buf *b, size_t first, size_t n)
+{
+	struct sb_pool *p = sb_buf_pool(b);
+	uint64_t in;
+
+	do {	/* until no read completes for 20 ms */
+		in = stats(p).pages_in;
+		usleep(20000);
+	} while (stats(p).pages_in != in);
+	CHECK(sb_buf_evict(b, first * PAGE, n * PAGE) >= 0);
+	CHECK_EQ(sb_buf_placed(b, first * PAGE, n * PAGE), 0);
+}
+
+/* ---- injected read errors ---------------------------------------------------- */
+
+struct toucher {
+	const char *x;
+	int res;
+	pthread_barrier_t *go;
+};
+
+static void *touch_thread(void *arg)
+{
+	struct toucher *t = arg;
+
+	pthread_barrier_wait(t->go);
+	t->res = read_page(t->x, 2, seed_of(70, 2));
+	return NULL;
+}
+
+static int io_fail_child(void)
+{
+	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
+	struct sb_buf *b = evicted_buf(p, 70);
+	char *x = sb_buf_addr(b);
+	struct sb_stats s0, s1;
+	int res;
+
+	catch_sigbus();
+	s0 = stats(p);
+	CHECK_EQ(s0.io_errors, 0);
+	/* One read fails: its toucher gets SIGBUS, the others their data. */
+	sbi_test_io_fail(EIO, 1);
+	EXPECT_PAGE(x, 3, 70, PAGE_SIGBUS);
+	s1 = stats(p);
+	CHECK(s1.io_errors > s0.io_errors);
+	EXPECT_PAGE(x, 0, 70, PAGE_OK);
+	EXPECT_PAGE(x, 1, 70, PAGE_OK);
+	EXPECT_PAGE(x, 4, 70, PAGE_OK);
+	/* Two more, one at a time (a read-ahead of a neighbour could take
+	 * the second of a count of 2: its failure is nobody's SIGBUS). */
+	evicted(b, 5, 1);
+	sbi_test_io_fail(EIO, 1);
+	EXPECT_PAGE(x, 5, 70, PAGE_SIGBUS);
+	evicted(b, 6, 1);
+	sbi_test_io_fail(EIO, 1);
+	EXPECT_PAGE(x, 6, 70, PAGE_SIGBUS);
+	EXPECT_PAGE(x, 7, 70, PAGE_OK);
+	CHECK(stats(p).io_errors >= s0.io_errors + 3);
+	/* A failed page is never silent: SIGBUS again, or its exact data if
+	 * the read is tried again. */
+	res = read_page(x, 3, seed_of(70, 3));
+	printf("io error: page 3 touched again: %s\n", what(res));
+	CHECK(res == PAGE_SIGBUS || res == PAGE_OK);
+	res = read_page(x, 5, seed_of(70, 5));
+	CHECK(res == PAGE_SIGBUS || res == PAGE_OK);
+	/* sb_buf_unmap discards it: a fresh zero page. */
+	CHECK(sb_buf_unmap(b, 6 * PAGE, PAGE) >= 0);
+	CHECK_EQ(disk_check_zero(x + 6 * PAGE, PAGE), -1);
+	CHECK_EQ(sb_buf_placed(b, 6 * PAGE, PAGE), 1);
+	VERIFY(p);
+
+	/* Two threads waiting on the same page when its read fails: both are
+	 * answered (SIGBUS, or the data of a second read), no hang. */
+	{
+		pthread_barrier_t go;
+		struct toucher t[2] = {{x, -1, &go}, {x, -1, &go}};
+		pthread_t th[2];
+
+		pthread_barrier_init(&go, NULL, 2);
+		evicted(b, 2, 1);
+		sbi_test_io_fail(EIO, 1);
+		for (int i = 0; i < 2; i++)
+			pthread_create(&th[i], NULL, touch_thread, &t[i]);
+		for (int i = 0; i < 2; i++)
+			pthread_join(th[i], NULL);
+		pthread_barrier_destroy(&go);
+		printf("io error, two threads on page 2: %s, %s\n",
+		       what(t[0].res), what(t[1].res));
+		CHECK(t[0].res == PAGE_SIGBUS || t[0].res == PAGE_OK);
+		CHECK(t[1].res == PAGE_SIGBUS || t[1].res == PAGE_OK);
+		CHECK(t[0].res == PAGE_SIGBUS || t[1].res == PAGE_SIGBUS);
+	}
+
+	/* sb_buf_map of an evicted page whose read fails. */
+	{
+		long m;
+
+		CHECK_EQ(sb_buf_placed(b, 0, PAGE), 1);
+		CHECK_EQ(sb_buf_evict(b, 0, PAGE), 1);
+		evicted(b, 0, 1);
+		s0 = stats(p);
+		sbi_test_io_fail(EIO, 1);
+		m = sb_buf_map(b, 0, PAGE);
+		s1 = stats(p);
+		printf("io error under sb_buf_map: %ld\n", m);
+		CHECK(s1.io_errors > s0.io_errors);
+		if (m < 0) {
+			CHECK_EQ(m, -EIO);
+			CHECK_EQ(sb_buf_placed(b, 0, PAGE), 0);
+		}
+		res = read_page(x, 0, seed_of(70, 0));
+		CHECK(res == PAGE_SIGBUS || res == PAGE_OK);
+	}
+	VERIFY(p);
+	sb_buf_destroy(b);
+	CHECK_EQ(stats(p).pages_used, 0);
+	CHECK_EQ(stats(p).spill_bytes, 0);
+	sb_pool_destroy(p);
+	printf("io errors: ok\n");
+	return 0;
+}
+
+/* ---- corrupted spill copies -------------------------------------------------- */
+
+static int corrupt_child(void)
+{
+	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
+	struct sb_buf *b = evicted_buf(p, 71);
+	char *x = sb_buf_addr(b);
+	struct sb_stats s0;
+
+	catch_sigbus();
+	s0 = stats(p);
+	CHECK_EQ(sbi_test_corrupt_spill(b, 5 * PAGE), 0);
+	EXPECT_PAGE(x, 5, 71, PAGE_SIGBUS);
+	CHECK(stats(p).io_errors > s0.io_errors);
+	for (size_t i = 0; i < N; i++)
+		if (i != 5)
+			EXPECT_PAGE(x, i, 71, PAGE_OK);
+	/* The copy is bad: the next touch fails too. */
+	EXPECT_PAGE(x, 5, 71, PAGE_SIGBUS);
+	CHECK(sb_buf_unmap(b, 5 * PAGE, PAGE) >= 0);
+	CHECK_EQ(disk_check_zero(x + 5 * PAGE, PAGE), -1);
+	/* Once more, after a second round trip of the good pages. */
+	for (size_t i = 0; i < N; i++)
+		if (i != 5)
+			disk_fill(x + i * PAGE, PAGE, seed_of(72, i));
+	CHECK_EQ(sb_buf_evict(b, 0, N * PAGE), N);
+	CHECK_EQ(sbi_test_corrupt_spill(b, 0), 0);
+	EXPECT_PAGE(x, 0, 72, PAGE_SIGBUS);
+	EXPECT_PAGE(x, 7, 72, PAGE_OK);
+	VERIFY(p);
+	sb_buf_destroy(b);
+
+	/* 4 KiB pages. */
+	{
+		struct sb_pool *p4 = disk_pool(4 * KiB, 1 * MiB, 0);
+		struct sb_buf *c = make_buf(p4, 1 * MiB, 0);
+		volatile char *y = sb_buf_addr(c);
+
+		CHECK_EQ(sb_buf_map(c, 0, 4 * 4096), 4);
+		for (int i = 0; i < 4 * 4096; i++)
+			y[i] = (char)(i * 7 + 1);
+		CHECK_EQ(sb_buf_evict(c, 0, 4 * 4096), 4);
+		CHECK_EQ(sbi_test_corrupt_spill(c, 2 * 4096), 0);
+		bus_addr = 0;
+		if (!sigsetjmp(jb, 1)) {
+			(void)y[2 * 4096 + 10];
+			FAIL("a corrupted 4 KiB page read without SIGBUS");
+		}
+		CHECK(bus_addr >= (uintptr_t)y + 2 * 4096 &&
+		      bus_addr < (uintptr_t)y + 3 * 4096);
+		for (int i = 0; i < 2 * 4096; i++)
+			CHECK_EQ(y[i], (char)(i * 7 + 1));
+		for (int i = 3 * 4096; i < 4 * 4096; i++)
+			CHECK_EQ(y[i], (char)(i * 7 + 1));
+		CHECK(stats(p4).io_errors > 0);
+		sb_buf_destroy(c);
+		sb_pool_destroy(p4);
+	}
+	sb_pool_destroy(p);
+	printf("corrupt spill: ok\n");
+	return 0;
+}
+
+static int child(const char *name)
+{
+	if (!strcmp(name, "iofail"))
+		return io_fail_child();
+	if (!strcmp(name, "corrupt"))
+		return corrupt_child();
+	return 2;
+}
+
+static int main_test(void)
+{
+	int skipped;
+
+	require_uffd();
+	skipped = run_pagers("iofail", 60, NULL);
+	skipped += run_pagers("corrupt", 60, NULL);
+	if (skipped)
+		SKIP("a run skipped (see above)");
+	printf("disk errors: ok\n");
+	return 0;
+}

@@ -1,0 +1,132 @@
+/* The disk tier, a full spill disk: with the spill directory on a 1 MiB
+ * tmpfs, evicting 2 MiB fails with -ENOSPC and every page of the range stays
+ * resident with its data (no page-in needed, no spill space kept); the
+ * process keeps working (a smaller eviction fits and reads back, new pages
+ * place, the pool verifies); destroying the pool lets go of the file
+ * system. Needs root to mount (skipped otherwise, with the reason). Runs
+ * with both pagers (io_uring and SPARSEBUF_PAGER=sync). */
+#include "harness.h"
+
+#include <sys/mount.h>
+
+#define PAGE (64 * KiB)
+#define HEAP (4 * MiB)
+#define N 32	/* 2 MiB */
+
+static char mnt[600];
+
+static uint64_t seed_of(unsigned tag, size_t page)
+{
+	return ((uint64_t)tag << 32) | page;
+}
+
+static void check_pages(const char *x, size_t first, size_t n, unsigned tag)
+{
+	for (size_t i = first; i < first + n; i++) {
+		long bad = disk_check(x + i * PAGE, PAGE, seed_of(tag, i));
+
+		if (bad >= 0)
+			FAIL("page %zu differs at byte %ld", i, bad);
+	}
+}
+
+/* On any exit of the child (a failed CHECK included): let go of the mount. */
+static void unmount_mnt(void)
+{
+	if (mnt[0])
+		umount2(mnt, MNT_DETACH);
+}
+
+static int body(void)
+{
+	struct sb_pool *p;
+	struct sb_buf *b;
+	char *x;
+	struct sb_stats s0, s1;
+	long r;
+
+	snprintf(mnt, sizeof(mnt), "%s/mnt", disk_dir());
+	if (mkdir(mnt, 0700) < 0)
+		FAIL("mkdir %s: %s", mnt, strerror(errno));
+	if (mount("none", mnt, "tmpfs", 0, "size=1m,mode=0700") < 0) {
+		int e = errno;
+
+		mnt[0] = 0;
+		SKIP("cannot mount a 1 MiB tmpfs: %s", strerror(e));
+	}
+	atexit(unmount_mnt);
+
+	p = disk_pool_in(PAGE, HEAP, 0, mnt);
+	b = make_buf(p, 64 * MiB, 0);
+	x = sb_buf_addr(b);
+	CHECK_EQ(sb_buf_map(b, 0, N * PAGE), N);
+	for (size_t i = 0; i < N; i++)
+		disk_fill(x + i * PAGE, PAGE, seed_of(80, i));
+	s0 = stats(p);
+
+	/* 2 MiB into 1 MiB: -ENOSPC, every page still resident. */
+	r = sb_buf_evict(b, 0, N * PAGE);
+	CHECK_EQ(r, -ENOSPC);
+	s1 = stats(p);
+	CHECK_EQ(sb_buf_placed(b, 0, N * PAGE), N);
+	CHECK_EQ(s1.pages_used, s0.pages_used);
+	CHECK_EQ(s1.spill_bytes, 0);
+	check_pages(x, 0, N, 80);
+	CHECK_EQ(stats(p).pages_in, s1.pages_in);	/* no page came back */
+	VERIFY(p);
+	/* Again: same answer, nothing lost. */
+	CHECK_EQ(sb_buf_evict(b, 0, N * PAGE), -ENOSPC);
+	CHECK_EQ(sb_buf_placed(b, 0, N * PAGE), N);
+	check_pages(x, 0, N, 80);
+
+	/* The process keeps working: 256 KiB fits, and reads back. */
+	CHECK_EQ(sb_buf_evict(b, 0, 4 * PAGE), 4);
+	CHECK_EQ(sb_buf_placed(b, 0, N * PAGE), N - 4);
+	CHECK(stats(p).spill_bytes >= 4 * PAGE);
+	check_pages(x, 0, N, 80);
+	CHECK_EQ(sb_buf_placed(b, 0, N * PAGE), N);
+	/* New pages, writes, unmaps. */
+	CHECK_EQ(sb_buf_map(b, N * PAGE, 4 * PAGE), 4);
+	((volatile char *)x)[(N + 8) * PAGE] = 3;	/* a fault */
+	CHECK_EQ(((volatile char *)x)[(N + 8) * PAGE], 3);
+	CHECK_EQ(sb_buf_unmap(b, N * PAGE, 16 * PAGE), 5);
+	check_pages(x, 0, N, 80);
+	VERIFY(p);
+	sb_buf_destroy(b);
+	CHECK_EQ(stats(p).pages_used, 0);
+	CHECK_EQ(stats(p).spill_bytes, 0);
+	sb_pool_destroy(p);
+	/* The pool closed its spill file: the file system is not busy. */
+	if (umount2(mnt, 0) < 0)
+		FAIL("umount %s after sb_pool_destroy: %s", mnt,
+		     strerror(errno));
+	mnt[0] = 0;
+	printf("spill full: -ENOSPC, data resident, still working\n");
+	return 0;
+}
+
+static int child(const char *name)
+{
+	if (!strcmp(name, "body"))
+		return body();
+	return 2;
+}
+
+/* After each run, whatever happened to the child. */
+static void cleanup(const char *dir)
+{
+	char path[600];
+
+	snprintf(path, sizeof(path), "%s/mnt", dir);
+	umount2(path, MNT_DETACH);
+}
+
+static int main_test(void)
+{
+	require_uffd();
+	if (geteuid() != 0)
+		SKIP("mounting a tiny tmpfs for the spill directory needs root");
+	if (run_pagers("body", 60, cleanup))
+		SKIP("a run skipped (see above)");
+	return 0;
+}
