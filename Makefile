@@ -6,6 +6,7 @@
 #   make asan       tests under AddressSanitizer + UBSan (build-asan/)
 #   make tsan       tests under ThreadSanitizer (build-tsan/)
 #   make bench      run the benchmarks
+#   make bench-pagein  just the disk-tier benchmark (PAGEIN_ARGS=--quick)
 #   make install    PREFIX=/usr/local DESTDIR=
 #   make format     clang-format every source file
 
@@ -123,7 +124,8 @@ $(BUILD)/bin/sparsebuf-demo: demo/demo.c $(LIB_A)
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) $(LIB_A) $(LIBS)
 
 # Build dependencies; the tests also want perf (test_perf skips without
-# it), the benchmarks gnuplot for their charts.
+# it), the benchmarks gnuplot for their charts and fio (bench/pagein's
+# baseline).
 deps-check:
 	@scripts/deps.sh
 
@@ -131,7 +133,7 @@ deps-test:
 	@scripts/deps.sh linux-perf
 
 deps-bench:
-	@scripts/deps.sh linux-perf gnuplot-nox
+	@scripts/deps.sh linux-perf gnuplot-nox fio
 
 # Dependencies first (a sub-make, so that even make -j builds after them).
 test: deps-test
@@ -159,6 +161,13 @@ bench: deps-bench
 	@$(MAKE) --no-print-directory bench-bin
 	@bench/run.sh $(BUILD)
 
+# The disk tier alone: bench/pagein (sequential, random, evict; against fio
+# and mmap) and its fault counts under perf. PAGEIN_ARGS="--quick" for a
+# smoke run of a few seconds; see bench/pagein.c for the options.
+bench-pagein: deps-bench
+	@$(MAKE) --no-print-directory $(BUILD)/bench/pagein
+	@bench/pagein.sh $(BUILD) $(PAGEIN_ARGS)
+
 sparsebuf.pc: Makefile
 	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
 		'Name: sparsebuf' 'Description: placement-sparse buffers over userfaultfd' \
@@ -182,5 +191,5 @@ format:
 clean:
 	rm -rf build build-asan build-tsan
 
-.PHONY: all lib tests bench-bin deps-check deps-test deps-bench test test-build demo asan tsan bench install format clean sparsebuf.pc
+.PHONY: all lib tests bench-bin deps-check deps-test deps-bench test test-build demo asan tsan bench bench-pagein install format clean sparsebuf.pc
 .SECONDARY:

@@ -15,4 +15,7 @@ step bench/perf-faults.sh "$build"
 for b in "$build"/bench/kernels_*; do
 	[ -x "$b" ] && step "$b"
 done
+# The disk tier: a 2 GiB file under /var/tmp/sparsebuf-bench (made once),
+# against fio and mmap, then its fault counts under perf.
+step bench/pagein.sh "$build"
 exit $status
