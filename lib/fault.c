@@ -205,6 +205,7 @@ void *sbi_fault_thread(void *arg)
 	};
 	struct uffd_msg msgs[32];
 
+	sbi_thread_internal();
 	for (;;) {
 		ssize_t n;
 

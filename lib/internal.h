@@ -277,8 +277,12 @@ uint32_t sbi_run_pages(const struct sb_pool *pool);
 bool sbi_pool_find_site(struct sb_pool *pool, uint32_t want,
 			struct sbi_heap **hp, uint32_t *startp, uint32_t *lenp);
 struct sbi_heap *sbi_pool_add_heap(struct sb_pool *pool, int *err);
-/* Record the calling thread's CPU: the ready thread keeps off it. */
+/* Record the calling thread's CPU: the ready thread keeps off it. The
+ * library's own threads (marked with sbi_thread_internal) are never
+ * recorded: the ready thread, placing a prefetch, would otherwise note its
+ * own CPU and move onto the application's. */
 void sbi_pool_note_caller(struct sb_pool *pool);
+void sbi_thread_internal(void);
 /* Wait until at least pages pages are ready (or timeout_ms passes). */
 void sbi_pool_wait_ready(struct sb_pool *pool, size_t pages, int timeout_ms);
 /* Forget buf's run earmark (the buffer is going away). */

@@ -218,6 +218,7 @@ static void *worker(void *arg)
 {
 	struct sbi_io_engine *e = arg;
 
+	sbi_thread_internal();
 	pthread_mutex_lock(&e->lock);
 	for (;;) {
 		struct sbi_io *io = q_pop(&e->pending);
@@ -308,6 +309,7 @@ static void *completer(void *arg)
 	struct sbi_io_engine *e = arg;
 	struct sbi_ioq refused = {0};
 
+	sbi_thread_internal();
 	for (;;) {
 		struct sbi_io *io, *next, *retry = refused.head;
 		unsigned finished = 0;

@@ -249,12 +249,16 @@ SB_API long sb_kv_prepare(struct sb_kv_seq *s, size_t n)
 			return r;
 		total += r;
 	}
-	/* A little ahead, staggered: region g looks 1 + g/nregions of the
+	/* Ahead, staggered: region g looks (1 + g/nregions) / 2 of the
 	 * lookahead ahead, so the regions' next pages are asked for on
 	 * different steps, and asked of the pool's background thread, so
-	 * this thread does not place them. */
+	 * this thread does not place them. Never less than half the
+	 * lookahead: a burst of other work (an attention pass on every CPU)
+	 * may keep the background thread off the CPUs for a while right
+	 * after the request, and it must still be done in time. */
 	for (size_t g = 0; g < s->nregions; g++) {
-		size_t want = end + 1 + g * s->lookahead / s->nregions;
+		size_t half = s->lookahead / 2 ? s->lookahead / 2 : 1;
+		size_t want = end + half + g * half / s->nregions;
 
 		if (want > s->cfg.max_ctx)
 			want = s->cfg.max_ctx;

@@ -916,8 +916,17 @@ SB_API long sb_pool_reserve(struct sb_pool *pool, long delta_bytes)
 	return pages * (long)pool->page_size;
 }
 
+static __thread bool internal_thread;
+
+void sbi_thread_internal(void)
+{
+	internal_thread = true;
+}
+
 void sbi_pool_note_caller(struct sb_pool *pool)
 {
+	if (internal_thread)
+		return;
 	__atomic_store_n(&pool->caller_cpu, sched_getcpu(), __ATOMIC_RELAXED);
 }
 

@@ -362,7 +362,7 @@ void *sbi_ready_thread(void *arg)
 	unsigned polls = HOT_POLLS;
 	int avoided = -1;
 
-
+	sbi_thread_internal();
 	pthread_mutex_lock(&pool->lock);
 	while (!pool->stopping) {
 		uint64_t now = now_ms();
