@@ -59,6 +59,7 @@ RUNNER_OBJ := $(BUILD)/obj/runner/model.o
 EXTRA_A :=
 EXTRA_ALL :=
 include kernels/kernels.mk
+include flash/flash.mk
 
 all: deps-check lib $(TOOLS) tests bench-bin $(EXTRA_ALL)
 
@@ -144,7 +145,7 @@ test-build: lib tests $(TOOLS) bench-bin $(EXTRA_ALL)
 
 demo: deps-bench
 	@$(MAKE) --no-print-directory $(BUILD)/bin/sparsebuf-demo \
-		$(BUILD)/bin/sbrun $(BUILD)/bench/kv
+		$(BUILD)/bin/sbrun $(BUILD)/bench/kv $(FLASH_BIN)
 	@demo/run.sh $(BUILD)
 
 # fork() tests start threads in the child of a threaded parent, which

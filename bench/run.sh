@@ -18,4 +18,7 @@ done
 # The disk tier: a 2 GiB file under /var/tmp/sparsebuf-bench (made once),
 # against fio and mmap, then its fault counts under perf.
 step bench/pagein.sh "$build"
+# LLM in a flash: a synthetic 1 GiB ReLU model (made once under
+# $build/flash) under half its size, four modes.
+step bench/flash.sh --build "$build"
 exit $status

@@ -28,3 +28,11 @@ fi
 
 say "4. KV cache growth, Qwen3-4B geometry, 4096 tokens, six strategies"
 "$build/bench/kv" --tokens 4096 --out "$build/demo-kv" || true
+
+say "5. LLM in a flash: a 1.1 GiB model run under half its size, FFN neurons read from disk"
+# A synthetic ReLU model (sbgen; cached under $build/flash/), then four
+# ways to run it under the same cgroup memory limit: resident (for its
+# logits only: it does not fit), naive mmap with dense FFNs, mmap with the
+# predicted neurons, and sparsebuf prefetching the predicted bundles.
+bench/flash.sh --build "$build" --model-bytes 1G --steps 16 \
+	--out "$build/demo-flash" || true

@@ -2,8 +2,9 @@
 /*
  * sbkernels: CPU kernels for LLM inference over flat buffers: decode and
  * prefill attention over a KV cache in f32, f16 or bf16, matrix-vector and
- * matrix-matrix products, RMSNorm, RoPE, SwiGLU, softmax, argmax, and the
- * conversions used to write a KV cache.
+ * matrix-matrix products, RMSNorm, RoPE, SwiGLU, softmax, argmax, a sparse
+ * ReLU FFN over row-column bundles (LLM in a flash), and the conversions
+ * used to write a KV cache.
  *
  * Every kernel has a scalar reference and AVX2 (+FMA+F16C) and AVX-512
  * variants; the best one the CPU supports is chosen at run time by CPUID,
@@ -267,6 +268,34 @@ void sbk_softmax(float *x, /* (n) */
  * every element is NaN, -1 when n <= 0. */
 int sbk_argmax(const float *x, /* (n) */
 	       int n);
+
+/* ---- Sparse ReLU FFN (LLM in a flash) -------------------------------------- */
+
+/*
+ * out = sum over j < n of relu(dot(up(i), x) + bias[i]) * down(i), i =
+ * idx[j]: a ReLU FFN computed only for the listed neurons. Neuron i's
+ * weights are one row-column bundle at (const char *)bundles + i * stride:
+ * its up-projection row (dim elements of dtype) followed by its
+ * down-projection column (dim elements of dtype), so one read brings a
+ * neuron. Sums are f32. A neuron whose activation is 0 adds nothing and
+ * its down column is not read. bias may be NULL (no bias). act, when not
+ * NULL, receives the n activations (after the ReLU), in list order.
+ *
+ * Neurons are taken in list order, in fixed chunks whose partial sums are
+ * added in order: the result depends on the list, never on the thread
+ * count (so two runs with the same list are bit-identical). The list may
+ * hold any neurons in any order; n = 0 gives zeros. bundles must be
+ * aligned to the element size. Returns 0, -EINVAL (NULL pointers, dim <=
+ * 0, n < 0, stride < 2 * dim elements or not a multiple of the element
+ * size, unknown dtype) or -ENOMEM (scratch).
+ */
+int sbk_ffn_sparse(float *out,		 /* (dim) */
+		   const float *x,	 /* (dim) */
+		   const void *bundles,	 /* (neurons, stride bytes) */
+		   size_t stride, enum sbk_dtype dtype,
+		   const float *bias,	 /* (neurons) or NULL */
+		   const int32_t *idx,	 /* (n) */
+		   int n, int dim, float *act /* (n) or NULL */);
 
 #ifdef __cplusplus
 }

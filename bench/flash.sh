@@ -1,0 +1,268 @@
+#!/bin/sh
+# LLM in a flash on this machine: one generated model larger than its
+# memory budget, four ways of running it under that budget.
+#
+#   bench/flash.sh [--model-bytes N] [--budget-fraction F] [--steps S]
+#                  [-k K] [--threads T] [--seed S] [--build DIR]
+#                  [--out DIR] [--perf] [--json]
+#
+# Generates the model if needed (cached as BUILD/flash/model-N-sSEED.bin),
+# then runs sbflash in each mode, each cold (the file's page cache dropped
+# first) and, when root with a writable cgroup v1 memory controller, in a
+# fresh cgroup whose limit is the budget (which charges the page cache
+# too); otherwise only sbflash's own pool budget applies (said on stderr).
+#
+#   resident     every weight in memory: the upper bound; null in the
+#                JSON when the model does not fit the budget (it is then
+#                still run without the limit, when RAM allows, so that its
+#                logits can be compared)
+#   mmap_dense   mmap the checkpoint, compute every neuron (the naive way)
+#   mmap_sparse  mmap the checkpoint, compute the predicted neurons
+#   sparsebuf    FFN bundles prefetched into a sparsebuf file buffer
+#
+# outputs_match: the logits of sparsebuf, mmap_sparse and resident (same
+# neurons, same kernels) are bit-identical (cmp). peak_rss_bytes is the
+# cgroup's memory.max_usage_in_bytes (every byte charged: anonymous,
+# memfd and page cache) when a cgroup is used, else VmHWM.
+#
+# --perf also runs each mode under perf stat -e page-faults,minor-faults,
+# major-faults (a second run, on stderr). Without --json: a table and a
+# chart (OUT/flash.png). With --json the last line of stdout is one JSON
+# object (see docs/flash.md).
+set -u
+bytes=1G frac=0.5 steps=16 k=5 threads=0 seed=1 build=build out= json=0
+perf=0
+while [ $# -gt 0 ]; do
+	case $1 in
+	--model-bytes) bytes=$2; shift ;;
+	--budget-fraction) frac=$2; shift ;;
+	--steps) steps=$2; shift ;;
+	-k) k=$2; shift ;;
+	--threads) threads=$2; shift ;;
+	--seed) seed=$2; shift ;;
+	--build) build=$2; shift ;;
+	--out) out=$2; shift ;;
+	--perf) perf=1 ;;
+	--json) json=1 ;;
+	*) echo "bench/flash.sh: unknown option $1" >&2; exit 2 ;;
+	esac
+	shift
+done
+out=${out:-$build/bench-flash}
+mkdir -p "$build/flash" "$out"
+say() { echo "$*" >&2; }
+# A field of a flat JSON object: jget JSON KEY
+jget() { printf '%s\n' "$1" | sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p"; }
+
+for b in sbgen sbflash; do
+	[ -x "$build/bin/$b" ] || { say "bench/flash.sh: $build/bin/$b missing (make)"; exit 1; }
+done
+model="$build/flash/model-$bytes-s$seed.bin"
+if ! "$build/bin/sbgen" --info "$model" >/dev/null 2>&1; then
+	say "generating $model ..."
+	t0=$(date +%s)
+	"$build/bin/sbgen" "$model" --model-bytes "$bytes" --seed "$seed" >&2 || exit 1
+	say "  generated in $(($(date +%s) - t0)) s"
+fi
+info=$("$build/bin/sbgen" --info "$model" --json)
+model_bytes=$(jget "$info" model_bytes)
+ffn_bytes=$(jget "$info" ffn_bytes)
+recall=$(jget "$info" predictor_recall)
+budget=$(awk "BEGIN { printf \"%.0f\", $model_bytes * $frac }")
+say "model $model: $(awk "BEGIN { printf \"%.2f\", $model_bytes / 2^30 }") GiB" \
+	"(FFN $(awk "BEGIN { printf \"%.2f\", $ffn_bytes / 2^30 }") GiB)," \
+	"budget $(awk "BEGIN { printf \"%.2f\", $budget / 2^30 }") GiB, $steps steps, k=$k"
+
+# The cgroup v1 memory controller, when we may use it.
+cgroot=/sys/fs/cgroup/memory
+use_cg=0
+if [ "$(id -u)" = 0 ] && [ -w "$cgroot" ] && [ -e "$cgroot/cgroup.procs" ]; then
+	use_cg=1
+else
+	say "no writable cgroup v1 memory controller: the budget binds only" \
+		"sparsebuf's pool (the baselines' page cache is not limited)"
+fi
+# Scattered FFN pages are one kernel mapping each (two with the gaps):
+# make room for the window's bundles when we may.
+need=$(awk "BEGIN { printf \"%.0f\", 3 * $budget / 4096 + 65536 }")
+old_maps=$(cat /proc/sys/vm/max_map_count)
+restore_maps() { [ "$(cat /proc/sys/vm/max_map_count)" = "$old_maps" ] || echo "$old_maps" > /proc/sys/vm/max_map_count; }
+if [ "$old_maps" -lt "$need" ]; then
+	if [ -w /proc/sys/vm/max_map_count ]; then
+		echo "$need" > /proc/sys/vm/max_map_count
+		say "vm.max_map_count $old_maps -> $need for this run"
+	else
+		say "vm.max_map_count is $old_maps: sparsebuf may run out of mappings"
+	fi
+fi
+cgs=""
+cleanup() {
+	restore_maps
+	for c in $cgs; do [ -d "$c" ] && rmdir "$c" 2>/dev/null; done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+progress=--no-progress
+[ -t 2 ] && progress=--progress
+cold() { dd if="$model" iflag=nocache count=0 status=none 2>/dev/null || true; }
+
+# run MODE LIMIT(0: none) [perf]: one sbflash run; sets $res (its JSON)
+# and $peak.
+run() {
+	mode=$1 limit=$2
+	logits="$out/logits-$mode.bin"
+	cold
+	set -- "$build/bin/sbflash" "$model" --mode "$mode" --budget "$budget" \
+		-k "$k" --steps "$steps" --seed "$seed" --threads "$threads" \
+		--logits "$logits" --json $progress
+	if [ "$limit" != 0 ] && [ $use_cg = 1 ]; then
+		cg="$cgroot/sbflash-$$-$mode"
+		mkdir -p "$cg" && cgs="$cgs $cg"
+		echo "$limit" > "$cg/memory.limit_in_bytes"
+		res=$(sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@" | tail -n 1)
+		peak=$(cat "$cg/memory.max_usage_in_bytes")
+		failcnt=$(cat "$cg/memory.failcnt")
+		rmdir "$cg" 2>/dev/null
+	else
+		res=$("$@" | tail -n 1)
+		peak=$(jget "$res" peak_rss_bytes)
+		failcnt=0
+	fi
+	case $res in
+	\{*) ;;
+	*) say "$mode: failed"; res="" ;;
+	esac
+}
+
+# perf_run MODE LIMIT: fault counts of a whole run (loading included)
+# under perf stat, in a cgroup of its own like the measured run.
+perf_run() {
+	mode=$1 limit=$2
+	cold
+	set -- perf stat -x, -e page-faults,minor-faults,major-faults \
+		"$build/bin/sbflash" "$model" --mode "$mode" --budget "$budget" \
+		-k "$k" --steps "$steps" --seed "$seed" --threads "$threads" \
+		--no-progress --json
+	if [ "$limit" != 0 ] && [ $use_cg = 1 ]; then
+		cg="$cgroot/sbflash-$$-perf-$mode"
+		mkdir -p "$cg" && cgs="$cgs $cg"
+		echo "$limit" > "$cg/memory.limit_in_bytes"
+		set -- sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@"
+	fi
+	pf=$("$@" 2>&1 >/dev/null | awk -F, '
+		/page-faults/ { p = $1 } /minor-faults/ { mi = $1 }
+		/major-faults/ { ma = $1 }
+		END { printf "page-faults %s, minor %s, major %s", p, mi, ma }')
+	[ "$limit" != 0 ] && [ $use_cg = 1 ] && rmdir "$cg" 2>/dev/null
+	say "perf stat $mode (whole run, loading included): $pf"
+}
+
+avail=$(awk '/MemAvailable/ { print $2 * 1024 }' /proc/meminfo)
+json_modes=""
+for mode in resident mmap_dense mmap_sparse sparsebuf; do
+	limit=$budget
+	fits=1
+	if [ $mode = resident ]; then
+		# The whole model, its KV cache and the runtime must fit.
+		if awk "BEGIN { exit !($model_bytes + 160 * 2^20 > $budget) }"; then
+			fits=0 limit=0
+			if awk "BEGIN { exit !($model_bytes * 2 > $avail) }"; then
+				say "resident: does not fit the budget or RAM: skipped"
+				json_modes="$json_modes\"resident\": null, "
+				rm -f "$out/logits-resident.bin"
+				continue
+			fi
+			say "resident: does not fit the budget; run without it, for its logits only"
+		fi
+	fi
+	say "== $mode"
+	run $mode $limit
+	if [ -z "$res" ]; then
+		json_modes="$json_modes\"$mode\": null, "
+		eval "r_$mode=''"
+		continue
+	fi
+	[ "$failcnt" != 0 ] && say "  (cgroup limit hit $failcnt times: reclaim)"
+	tps=$(jget "$res" tokens_per_s)
+	brt=$(jget "$res" bytes_read_per_token)
+	flt=$(jget "$res" faults)
+	newb=$(jget "$res" new_bytes_per_token)
+	eval "tps_$mode=$tps brt_$mode=$brt flt_$mode=$flt peak_$mode=$peak new_$mode=$newb"
+	say "  $tps tokens/s, $(awk "BEGIN { printf \"%.1f\", $brt / 2^20 }") MiB read/token," \
+		"$flt faults, peak $(awk "BEGIN { printf \"%.0f\", $peak / 2^20 }") MiB" \
+		"(budget $(awk "BEGIN { printf \"%.0f\", $budget / 2^20 }") MiB)"
+	if [ $fits = 0 ]; then
+		json_modes="$json_modes\"resident\": null, "
+		over_resident="(no-limit)"
+	else
+		json_modes="$json_modes\"$mode\": {\"tokens_per_s\": $tps, \"bytes_read_per_token\": $brt, \"peak_rss_bytes\": $peak, \"faults\": $flt}, "
+	fi
+	[ $perf = 1 ] && command -v perf >/dev/null && perf_run $mode $limit
+done
+json_modes=${json_modes%, }
+
+# The predictor's recall on this run's tokens (every neuron computed once
+# more, in a separate short resident run, so resident's timing is clean);
+# the generator's estimate on sampled inputs when resident cannot run.
+if [ -s "$out/logits-resident.bin" ]; then
+	m=$("$build/bin/sbflash" "$model" --mode resident --measure --steps "$steps" \
+		--seed "$seed" --threads "$threads" --no-progress --json | tail -n 1)
+	r=$(jget "$m" recall)
+	case $r in
+	null | "") ;;
+	*) say "predictor recall on this run: $r (sbgen's estimate on sampled inputs: $recall)"; recall=$r ;;
+	esac
+fi
+
+match=true
+ref="$out/logits-sparsebuf.bin"
+for m in mmap_sparse resident; do
+	[ -s "$out/logits-$m.bin" ] || continue
+	cmp -s "$ref" "$out/logits-$m.bin" || { match=false; say "logits of $m differ from sparsebuf"; }
+done
+[ -s "$ref" ] || match=false
+
+# The table, the targets and the chart (on stderr with --json).
+report() {
+v() { eval "echo \${$1_$2:-}"; }
+printf '\n%-12s %12s %10s %16s %12s %14s\n' mode tokens/s "vs dense" "MiB read/token" faults "peak MiB" 
+dat="$out/flash.dat"
+: > "$dat"
+i=0
+for m in resident mmap_dense mmap_sparse sparsebuf; do
+	tps=$(v tps $m)
+	[ -n "$tps" ] || { printf '%-12s %12s\n' $m "n/a"; continue; }
+	ratio=$(awk "BEGIN { d = \"$(v tps mmap_dense)\" + 0; printf \"%.2fx\", (d > 0 ? $tps / d : 0) }")
+	printf '%-12s %12.3f %10s %16.1f %12s %14.0f %s\n' $m "$tps" "$ratio" \
+		"$(awk "BEGIN { print $(v brt $m) / 2^20 }")" "$(v flt $m)" \
+		"$(awk "BEGIN { print $(v peak $m) / 2^20 }")" "$(v over $m)"
+	echo "$i $m $tps $(awk "BEGIN { print $(v brt $m) / 2^20 }")" >> "$dat"
+	i=$((i + 1))
+done
+echo
+target() { printf '  %-58s %s\n' "$1" "$2"; }
+if [ -n "$(v tps sparsebuf)" ] && [ -n "$(v tps mmap_dense)" ] && [ -n "$(v tps mmap_sparse)" ]; then
+	r1=$(awk "BEGIN { printf \"%.2f\", $tps_sparsebuf / $tps_mmap_dense }")
+	r2=$(awk "BEGIN { printf \"%.2f\", $tps_sparsebuf / $tps_mmap_sparse }")
+	target "sparsebuf >= 4x mmap_dense tokens/s: ${r1}x" "$(awk "BEGIN { print ($r1 >= 4) ? \"PASS\" : \"FAIL\" }")"
+	target "sparsebuf >= 1.5x mmap_sparse tokens/s: ${r2}x" "$(awk "BEGIN { print ($r2 >= 1.5) ? \"PASS\" : \"FAIL\" }")"
+	rb=$(awk "BEGIN { printf \"%.2f\", ($new_sparsebuf > 0 ? $brt_sparsebuf / $new_sparsebuf : 0) }")
+	target "bytes read/token <= 2x new window bytes/token: ${rb}x" "$(awk "BEGIN { print ($rb <= 2) ? \"PASS\" : \"FAIL\" }")"
+	target "sparsebuf peak $(awk "BEGIN { printf \"%.0f\", $peak_sparsebuf / 2^20 }") MiB within budget $(awk "BEGIN { printf \"%.0f\", $budget / 2^20 }") MiB" \
+		"$(awk "BEGIN { print ($peak_sparsebuf <= $budget) ? \"PASS\" : \"FAIL\" }")"
+fi
+target "outputs_match (sparsebuf == mmap_sparse == resident)" "$([ $match = true ] && echo PASS || echo FAIL)"
+if command -v gnuplot >/dev/null; then
+	gnuplot -e "dir='$out'" bench/flash.gp 2>/dev/null && echo "chart: $out/flash.png"
+else
+	echo "(no gnuplot: no chart)"
+fi
+}
+
+if [ $json = 1 ]; then
+	report >&2
+	echo "{\"model_bytes\": $model_bytes, \"ffn_bytes\": $ffn_bytes, \"budget_bytes\": $budget, \"steps\": $steps, \"predictor_recall\": $recall, \"outputs_match\": $match, \"modes\": {$json_modes}}"
+else
+	report
+fi

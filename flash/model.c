@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One decode step of the sbflash model with the sbkernels: predictor, then
+ * attention, then the sparse ReLU FFN, per layer. See model.h.
+ */
+#include "model.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sbkernels.h"
+
+#define EPS 1e-5f
+
+int sbf_header_read(int fd, struct sbf_header *h)
+{
+	struct sbf_header want;
+	ssize_t n = pread(fd, h, sizeof(*h), 0);
+
+	if (n < 0)
+		return -errno;
+	if ((size_t)n < sizeof(*h) || memcmp(h->magic, SBF_MAGIC, 8) ||
+	    h->version != SBF_VERSION)
+		return -EBADMSG;
+	if (!h->dim || !h->n_layers || !h->n_heads || !h->n_kv_heads ||
+	    !h->hidden || !h->vocab || !h->rank || h->dim % h->n_heads ||
+	    h->n_heads % h->n_kv_heads || (h->dim / h->n_heads) % 2 ||
+	    h->dim / h->n_heads > 1024 || h->dtype != SBK_F16 ||
+	    h->dim > (1u << 16) || h->hidden > (1u << 24))
+		return -EBADMSG;
+	want = *h;
+	sbf_layout(&want);
+	if (want.bundle != h->bundle || want.res_off != h->res_off ||
+	    want.res_bytes != h->res_bytes || want.ffn_off != h->ffn_off ||
+	    want.ffn_bytes != h->ffn_bytes || want.file_bytes != h->file_bytes)
+		return -EBADMSG;
+	return 0;
+}
+
+int sbf_model_bind(struct sbf_model *m, const struct sbf_header *h,
+		   const float *res)
+{
+	uint64_t d = h->dim, kv = sbf_kv_dim(h);
+	const float *p = res;
+
+	m->h = *h;
+	m->layer = calloc(h->n_layers, sizeof(*m->layer));
+	if (!m->layer)
+		return -ENOMEM;
+	m->emb = p;
+	p += (uint64_t)h->vocab * d;
+	for (uint32_t l = 0; l < h->n_layers; l++) {
+		struct sbf_layer *L = &m->layer[l];
+
+		L->rms_att = p, p += d;
+		L->wq = p, p += d * d;
+		L->wk = p, p += kv * d;
+		L->wv = p, p += kv * d;
+		L->wo = p, p += d * d;
+		L->rms_ffn = p, p += d;
+		L->bias = p, p += h->hidden;
+		L->pa = p, p += (uint64_t)h->rank * d;
+		L->pb = p, p += (uint64_t)h->hidden * h->rank;
+	}
+	m->rms_final = p;
+	return 0;
+}
+
+void sbf_model_free(struct sbf_model *m)
+{
+	free(m->layer);
+	m->layer = NULL;
+}
+
+static void *zalloc(size_t n)
+{
+	void *p = NULL;
+
+	if (posix_memalign(&p, 64, n ? n : 64))
+		return NULL;
+	memset(p, 0, n);
+	return p;
+}
+
+int sbf_run_init(struct sbf_run *r, const struct sbf_model *m,
+		 const void *ffn, int max_pos)
+{
+	const struct sbf_header *h = &m->h;
+	size_t d = h->dim, kv = sbf_kv_dim(h), H = h->hidden;
+	size_t cache = (size_t)h->n_layers * max_pos * kv * sizeof(float);
+
+	memset(r, 0, sizeof(*r));
+	r->m = m;
+	r->ffn = ffn;
+	r->max_pos = max_pos;
+	r->h = zalloc(d * 4);
+	r->xb = zalloc(d * 4);
+	r->q = zalloc(d * 4);
+	r->att = zalloc(d * 4);
+	r->o = zalloc(d * 4);
+	r->pt = zalloc(h->rank * 4);
+	r->score = zalloc(H * 4);
+	r->act = zalloc(H * 4);
+	r->all_act = zalloc(H * 4);
+	r->logits = zalloc((size_t)h->vocab * 4);
+	r->kc = zalloc(cache);
+	r->vc = zalloc(cache);
+	r->active = zalloc(H * 4);
+	r->all_idx = zalloc(H * 4);
+	if (!r->h || !r->xb || !r->q || !r->att || !r->o || !r->pt ||
+	    !r->score || !r->act || !r->all_act || !r->logits || !r->kc ||
+	    !r->vc || !r->active || !r->all_idx) {
+		sbf_run_free(r);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < H; i++)
+		r->all_idx[i] = (int32_t)i;
+	return 0;
+}
+
+void sbf_run_free(struct sbf_run *r)
+{
+	free(r->h), free(r->xb), free(r->q), free(r->att), free(r->o);
+	free(r->pt), free(r->score), free(r->act), free(r->all_act);
+	free(r->logits), free(r->kc), free(r->vc), free(r->active);
+	free(r->all_idx);
+	memset(r, 0, sizeof(*r));
+}
+
+/* The predictor on the layer input: the active set, ascending. */
+static int predict(struct sbf_run *r, const struct sbf_layer *L)
+{
+	const struct sbf_header *h = &r->m->h;
+	int n = 0;
+
+	sbk_rmsnorm(r->xb, r->h, L->rms_ffn, 1, (int)h->dim, EPS);
+	sbk_matvec(r->pt, L->pa, r->xb, (int)h->rank, (int)h->dim);
+	sbk_matvec(r->score, L->pb, r->pt, (int)h->hidden, (int)h->rank);
+	for (uint32_t i = 0; i < h->hidden; i++)
+		if (r->score[i] + L->bias[i] > h->pred_margin)
+			r->active[n++] = (int32_t)i;
+	return n;
+}
+
+static void attention(struct sbf_run *r, const struct sbf_layer *L, int l,
+		      int pos)
+{
+	const struct sbf_header *h = &r->m->h;
+	int d = (int)h->dim, kv = (int)sbf_kv_dim(h);
+	int hd = d / (int)h->n_heads;
+	size_t lo = (size_t)l * r->max_pos * kv;
+	float *k = r->kc + lo + (size_t)pos * kv, *v = r->vc + lo + (size_t)pos * kv;
+	struct sbk_attn a = {(int)h->n_heads, (int)h->n_kv_heads, hd, 0.0f};
+	struct sbk_kv c = sbk_kv_pos_major(r->kc + lo, r->vc + lo, SBK_F32,
+					   (int)h->n_kv_heads, hd);
+
+	sbk_rmsnorm(r->xb, r->h, L->rms_att, 1, d, EPS);
+	sbk_matvec(r->q, L->wq, r->xb, d, d);
+	sbk_matvec(k, L->wk, r->xb, kv, d);
+	sbk_matvec(v, L->wv, r->xb, kv, d);
+	sbk_rope(r->q, (int)h->n_heads, hd, pos, h->rope_theta);
+	sbk_rope(k, (int)h->n_kv_heads, hd, pos, h->rope_theta);
+	sbk_attn_decode(r->att, r->q, &a, &c, 0, (size_t)pos + 1);
+	sbk_matvec(r->o, L->wo, r->att, d, d);
+	for (int i = 0; i < d; i++)
+		r->h[i] += r->o[i];
+}
+
+int sbf_step(struct sbf_run *r, int token, int pos)
+{
+	const struct sbf_model *m = r->m;
+	const struct sbf_header *h = &m->h;
+	int d = (int)h->dim, err;
+
+	if (token < 0 || (uint32_t)token >= h->vocab || pos < 0 ||
+	    pos >= r->max_pos)
+		return -EINVAL;
+	memcpy(r->h, m->emb + (size_t)token * d, (size_t)d * sizeof(float));
+	for (uint32_t l = 0; l < h->n_layers; l++) {
+		const struct sbf_layer *L = &m->layer[l];
+		const char *base = r->ffn + (size_t)l * h->hidden * h->bundle;
+		const int32_t *idx = r->dense ? r->all_idx : r->active;
+		int n = r->dense ? (int)h->hidden : predict(r, L);
+
+		if (r->hooks.fetch &&
+		    (err = r->hooks.fetch(r->hooks.ctx, (int)l, idx, n)) < 0)
+			return err;
+		attention(r, L, (int)l, pos);
+		if (r->hooks.ready &&
+		    (err = r->hooks.ready(r->hooks.ctx, (int)l)) < 0)
+			return err;
+		sbk_rmsnorm(r->xb, r->h, L->rms_ffn, 1, d, EPS);
+		if (r->measure && !r->dense) {
+			/* Every neuron, for the predictor's recall: the
+			 * output is thrown away (r->o is free here). */
+			err = sbk_ffn_sparse(r->o, r->xb, base, h->bundle,
+					     SBK_F16, L->bias, r->all_idx,
+					     (int)h->hidden, d, r->all_act);
+			if (err < 0)
+				return err;
+			for (int j = 0, i = 0; i < (int)h->hidden; i++) {
+				int pred = j < n && idx[j] == i;
+
+				j += pred;
+				if (r->all_act[i] > 0.0f) {
+					r->n_true++;
+					r->n_true_pred += pred;
+				}
+			}
+		}
+		err = sbk_ffn_sparse(r->o, r->xb, base, h->bundle, SBK_F16,
+				     L->bias, idx, n, d, r->act);
+		if (err < 0)
+			return err;
+		r->n_computed += (uint64_t)n;
+		for (int j = 0; j < n; j++)
+			r->n_nonzero += r->act[j] > 0.0f;
+		for (int i = 0; i < d; i++)
+			r->h[i] += r->o[i];
+	}
+	sbk_rmsnorm(r->xb, r->h, m->rms_final, 1, d, EPS);
+	sbk_matvec(r->logits, m->emb, r->xb, (int)h->vocab, d);
+	return 0;
+}

@@ -1,0 +1,475 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The four modes of sbflash (runner.h): how the weights are reached, the
+ * flash window, and what is counted.
+ */
+#include "runner.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "model.h"
+#include "sbkernels.h"
+#include "sparsebuf.h"
+
+/* Memory the process needs besides the weights and the pool: code, the
+ * runtime's tables, kernel scratch, page tables. Taken off the budget
+ * before the pool gets the rest. */
+#define SLACK_BYTES ((uint64_t)96 << 20)
+
+const char *sbf_mode_name(enum sbf_mode m)
+{
+	static const char *const n[] = {"resident", "flash", "mmap_dense",
+					"mmap_sparse"};
+
+	return (unsigned)m < 4 ? n[m] : "?";
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void proc_faults(uint64_t *minflt, uint64_t *majflt)
+{
+	char buf[1024], *p;
+	FILE *f = fopen("/proc/self/stat", "r");
+	size_t n;
+
+	*minflt = *majflt = 0;
+	if (!f)
+		return;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	p = strrchr(buf, ')'); /* the command may hold spaces */
+	if (!p)
+		return;
+	/* After ")": state ppid pgrp session tty tpgid flags minflt cminflt
+	 * majflt. */
+	sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %lu %*u %lu",
+	       (unsigned long *)minflt, (unsigned long *)majflt);
+}
+
+static uint64_t proc_field(const char *path, const char *key)
+{
+	char line[256];
+	size_t kl = strlen(key);
+	uint64_t v = 0;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, kl)) {
+			v = strtoull(line + kl, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+static int read_all(int fd, void *p, size_t n, uint64_t off)
+{
+	while (n) {
+		ssize_t r = pread(fd, p, n > (1u << 30) ? (1u << 30) : n,
+				  (off_t)off);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		p = (char *)p + r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+/* ---- The flash window ---------------------------------------------------- */
+
+struct flash {
+	struct sb_buf *buf;
+	struct sb_pool *pool;
+	const struct sbf_header *h;
+	int k;
+	enum sbf_release release;
+	int tok;		/* current token index */
+	int32_t *last;		/* (layers, hidden): last token that used
+				 * the neuron while we hold it; -1: not held */
+	int32_t *fresh;		/* (hidden) scratch: neurons to read */
+	struct sb_range *ranges;/* (hidden) */
+	uint64_t new_neurons, unmapped, prefetched, pool_peak;
+	uint64_t shrunk;	/* times the window had to shrink */
+	int no_overlap;		/* wait for the reads before attention */
+	double t_release, t_prefetch, t_wait; /* seconds in each */
+	size_t max_bytes;
+};
+
+/* Append [i, i+1) bundles of layer l to the range list, merging with the
+ * previous range when adjacent (one bigger read). */
+static size_t add_range(struct flash *f, size_t nr, int l, int32_t i)
+{
+	size_t off = ((size_t)l * f->h->hidden + (size_t)i) * f->h->bundle;
+
+	if (nr && f->ranges[nr - 1].off + f->ranges[nr - 1].len == off) {
+		f->ranges[nr - 1].len += f->h->bundle;
+		return nr;
+	}
+	f->ranges[nr].off = off;
+	f->ranges[nr].len = f->h->bundle;
+	return nr + 1;
+}
+
+/* Release, in runs, the bundles of layer l that none of the last k tokens
+ * used. */
+static int release_leavers(struct flash *f, int l, int k)
+{
+	int32_t *last = f->last + (size_t)l * f->h->hidden;
+	int32_t H = (int32_t)f->h->hidden, old = f->tok - k;
+
+	for (int32_t i = 0; i < H;) {
+		int32_t j;
+		long r;
+
+		if (last[i] < 0 || last[i] > old) {
+			i++;
+			continue;
+		}
+		for (j = i; j < H && last[j] >= 0 && last[j] <= old; j++)
+			last[j] = -1;
+		if (f->release == SBF_RELEASE_ADVISE)
+			/* Keep the data, but let the pool's CLOCK hand
+			 * drop these first when it needs room. */
+			r = sb_buf_advise(f->buf,
+					  ((size_t)l * f->h->hidden + (size_t)i) *
+						  f->h->bundle,
+					  (size_t)(j - i) * f->h->bundle,
+					  SB_ADVICE_COLD);
+		else
+			r = sb_buf_unmap(f->buf,
+					 ((size_t)l * f->h->hidden + (size_t)i) *
+						 f->h->bundle,
+					 (size_t)(j - i) * f->h->bundle);
+		if (r < 0)
+			return (int)r;
+		f->unmapped += (uint64_t)r;
+		i = j;
+	}
+	return 0;
+}
+
+static int flash_fetch(void *ctx, int l, const int32_t *idx, int n)
+{
+	struct flash *f = ctx;
+	int32_t *last = f->last + (size_t)l * f->h->hidden;
+	size_t nf = 0, nr = 0;
+	double t0, t1;
+	long q;
+
+	for (int j = 0; j < n; j++) {
+		if (last[idx[j]] < 0)
+			f->fresh[nf++] = idx[j];
+		else
+			last[idx[j]] = f->tok;
+	}
+	t0 = now_s();
+	if (f->release != SBF_RELEASE_NEVER) {
+		struct sb_stats st;
+		int over = 1;
+
+		if (f->release == SBF_RELEASE_AUTO ||
+		    f->release == SBF_RELEASE_ADVISE) {
+			sb_pool_stats(f->pool, &st);
+			if (st.bytes_resident > f->pool_peak)
+				f->pool_peak = st.bytes_resident;
+			over = st.bytes_resident + nf * f->h->bundle >
+			       f->max_bytes / 10 * 9;
+		}
+		/* Under pressure the window shrinks (k, k - 1, ..., 1 tokens)
+		 * rather than let the pool drop bundles still in use. */
+		for (int kk = f->k; over && kk >= 1; kk--) {
+			int r = release_leavers(f, l, kk);
+
+			if (r < 0)
+				return r;
+			if (f->release != SBF_RELEASE_AUTO)
+				break;
+			sb_pool_stats(f->pool, &st);
+			over = st.bytes_resident + nf * f->h->bundle >
+			       f->max_bytes / 10 * 9;
+			if (over && kk > 1)
+				f->shrunk++;
+		}
+	}
+	t1 = now_s();
+	f->t_release += t1 - t0;
+	for (size_t j = 0; j < nf; j++) {
+		last[f->fresh[j]] = f->tok;
+		nr = add_range(f, nr, l, f->fresh[j]);
+	}
+	f->new_neurons += nf;
+	if (!nr)
+		return 0;
+	/* One submission for the layer; attention runs while it reads. */
+	q = sb_buf_prefetch(f->buf, f->ranges, nr,
+			    f->no_overlap ? SB_PREFETCH_WAIT : 0);
+	f->t_prefetch += now_s() - t1;
+	if (q < 0)
+		return (int)q;
+	f->prefetched += (uint64_t)q;
+	return 0;
+}
+
+static int flash_ready(void *ctx, int l)
+{
+	struct flash *f = ctx;
+	double t0 = now_s();
+	long r;
+
+	(void)l;
+	/* Wait for this layer's reads (and anything queued before) so the
+	 * kernel's threads touch placed pages, not in-flight ones. */
+	r = sb_buf_prefetch(f->buf, NULL, 0, SB_PREFETCH_WAIT);
+	f->t_wait += now_s() - t0;
+	return r < 0 ? (int)r : 0;
+}
+
+/* ---- Running ------------------------------------------------------------- */
+
+static uint64_t token_at(uint64_t seed, int t, uint32_t vocab)
+{
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + (uint64_t)t + 1;
+
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return (x ^ (x >> 31)) % vocab;
+}
+
+static void bar(int done, int total, double t0)
+{
+	double el = now_s() - t0;
+
+	fprintf(stderr, "\rsbflash: %d/%d tokens [%-30.*s] %.2f tok/s ", done,
+		total, 30 * done / total, "##############################",
+		el > 0 ? done / el : 0.0);
+	if (done == total)
+		fputc('\n', stderr);
+}
+
+int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
+{
+	struct sbf_header h;
+	struct sbf_model m = {0};
+	struct sbf_run r = {0};
+	struct flash fl = {0};
+	struct sb_stats st0, st1;
+	uint64_t mn0, mj0, mn1, mj1, io0 = 0, io1 = 0;
+	float *resmem = NULL;
+	char *ffnmem = NULL, *map = MAP_FAILED;
+	const char *ffn;
+	int fd, err;
+	double t0;
+
+	memset(res, 0, sizeof(*res));
+	fd = open(o->path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		err = -errno;
+		fprintf(stderr, "sbflash: %s: %s\n", o->path, strerror(errno));
+		return err;
+	}
+	err = sbf_header_read(fd, &h);
+	if (err < 0) {
+		fprintf(stderr, "sbflash: %s: %s\n", o->path, strerror(-err));
+		close(fd);
+		return err;
+	}
+	res->h = h;
+	{
+		struct stat st;
+
+		/* A cut-short file would SIGBUS under mmap: refuse it. */
+		if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < h.file_bytes) {
+			fprintf(stderr, "sbflash: %s: shorter than its header "
+				"says (%llu bytes)\n", o->path,
+				(unsigned long long)h.file_bytes);
+			close(fd);
+			return -EBADMSG;
+		}
+	}
+	if (o->steps <= 0 || o->k < 1) {
+		close(fd);
+		return -EINVAL;
+	}
+	/* mmap_sparse differs from flash only in how FFN bundles arrive:
+	 * its resident section is read into memory too. mmap_dense is the
+	 * naive way: everything through the mapping. */
+	if (o->mode != SBF_MMAP_DENSE) {
+		resmem = malloc(h.res_bytes);
+		if (!resmem) {
+			err = -ENOMEM;
+			goto out;
+		}
+		err = read_all(fd, resmem, h.res_bytes, h.res_off);
+		if (err < 0)
+			goto out;
+		sbf_model_bind(&m, &h, resmem);
+	}
+	if (o->mode == SBF_MMAP_DENSE || o->mode == SBF_MMAP_SPARSE) {
+		map = mmap(NULL, h.file_bytes, PROT_READ, MAP_SHARED, fd, 0);
+		if (map == MAP_FAILED) {
+			err = -errno;
+			goto out;
+		}
+		if (o->mode == SBF_MMAP_DENSE)
+			sbf_model_bind(&m, &h, (const float *)(map + h.res_off));
+		else if (o->madv_random)
+			madvise(map + h.ffn_off, h.ffn_bytes, MADV_RANDOM);
+	}
+
+	if (o->mode == SBF_RESIDENT) {
+		ffnmem = malloc(h.ffn_bytes);
+		if (!ffnmem) {
+			err = -ENOMEM;
+			goto out;
+		}
+		err = read_all(fd, ffnmem, h.ffn_bytes, h.ffn_off);
+		if (err < 0)
+			goto out;
+		ffn = ffnmem;
+	} else if (o->mode == SBF_FLASH) {
+		struct sb_pool_opts po;
+		uint64_t kv = (uint64_t)h.n_layers * o->steps * sbf_kv_dim(&h) *
+			      8;
+		uint64_t fixed = h.res_bytes + kv + SLACK_BYTES;
+
+		sb_pool_opts_init(&po);
+		po.page_size = (h.bundle & (h.bundle - 1)) ? 4096 : h.bundle;
+		po.heap_size = (size_t)64 << 20;
+		po.numa_node = -1;
+		if (o->budget) {
+			if (o->budget < fixed + 64 * (uint64_t)h.bundle) {
+				fprintf(stderr,
+					"sbflash: budget %.0f MiB leaves no room "
+					"for FFN pages (resident section %.0f "
+					"MiB, KV and slack %.0f MiB)\n",
+					o->budget / 1048576.0,
+					h.res_bytes / 1048576.0,
+					(kv + SLACK_BYTES) / 1048576.0);
+				err = -ENOMEM;
+				goto out;
+			}
+			po.max_bytes = (size_t)(o->budget - fixed) &
+				       ~(po.page_size - 1);
+		}
+		fl.pool = sb_pool_create(&po, &err);
+		if (!fl.pool) {
+			fprintf(stderr, "sbflash: sb_pool_create: %s\n",
+				strerror(-err));
+			goto out;
+		}
+		fl.buf = sb_buf_open_file(fl.pool, o->path, h.ffn_off,
+					  h.ffn_bytes, 0, &err);
+		if (!fl.buf) {
+			fprintf(stderr, "sbflash: sb_buf_open_file: %s\n",
+				strerror(-err));
+			goto out;
+		}
+		fl.h = &m.h;
+		fl.k = o->k;
+		fl.release = o->release;
+		fl.no_overlap = o->no_overlap;
+		fl.max_bytes = po.max_bytes ? po.max_bytes : SIZE_MAX;
+		fl.last = malloc((size_t)h.n_layers * h.hidden * 4);
+		fl.fresh = malloc((size_t)h.hidden * 4);
+		fl.ranges = malloc((size_t)h.hidden * sizeof(*fl.ranges));
+		if (!fl.last || !fl.fresh || !fl.ranges) {
+			err = -ENOMEM;
+			goto out;
+		}
+		memset(fl.last, 0xff, (size_t)h.n_layers * h.hidden * 4);
+		res->pool_bytes = po.max_bytes;
+		ffn = sb_buf_addr(fl.buf);
+	} else {
+		ffn = map + h.ffn_off;
+	}
+
+	err = sbf_run_init(&r, &m, ffn, o->steps);
+	if (err < 0)
+		goto out;
+	r.dense = o->mode == SBF_MMAP_DENSE;
+	r.measure = o->measure && o->mode == SBF_RESIDENT;
+	if (o->mode == SBF_FLASH)
+		r.hooks = (struct sbf_hooks){flash_fetch, flash_ready, &fl};
+
+	if (fl.pool)
+		sb_pool_stats(fl.pool, &st0);
+	proc_faults(&mn0, &mj0);
+	io0 = proc_field("/proc/self/io", "read_bytes: ");
+	t0 = now_s();
+	for (int t = 0; t < o->steps; t++) {
+		fl.tok = t;
+		err = sbf_step(&r, (int)token_at(o->seed, t, h.vocab), t);
+		if (err < 0) {
+			fprintf(stderr, "sbflash: step %d: %s\n", t,
+				strerror(-err));
+			goto out;
+		}
+		if (o->on_logits)
+			o->on_logits(o->ctx, t, r.logits, (int)h.vocab);
+		if (o->progress)
+			bar(t + 1, o->steps, t0);
+	}
+	res->seconds = now_s() - t0;
+	io1 = proc_field("/proc/self/io", "read_bytes: ");
+	proc_faults(&mn1, &mj1);
+	res->tokens_per_s = o->steps / res->seconds;
+	res->minflt = mn1 - mn0;
+	res->majflt = mj1 - mj0;
+	res->computed = r.n_computed;
+	res->nonzero = r.n_nonzero;
+	res->n_true = r.n_true;
+	res->n_true_pred = r.n_true_pred;
+	if (fl.pool) {
+		sb_pool_stats(fl.pool, &st1);
+		res->bytes_read = st1.bytes_read - st0.bytes_read;
+		res->faults = st1.faults - st0.faults;
+		res->dropped = st1.pages_dropped - st0.pages_dropped;
+		res->new_neurons = fl.new_neurons;
+		res->unmapped = fl.unmapped;
+		res->prefetched = fl.prefetched;
+		res->shrunk = fl.shrunk;
+		res->t_release = fl.t_release;
+		res->t_prefetch = fl.t_prefetch;
+		res->t_wait = fl.t_wait;
+		res->pool_peak = fl.pool_peak > st1.bytes_resident
+					 ? fl.pool_peak
+					 : st1.bytes_resident;
+	} else {
+		res->bytes_read = io1 - io0;
+		res->faults = res->minflt + res->majflt;
+	}
+	res->peak_rss = proc_field("/proc/self/status", "VmHWM:") * 1024;
+out:
+	sbf_run_free(&r);
+	sb_buf_destroy(fl.buf);
+	sb_pool_destroy(fl.pool);
+	free(fl.last), free(fl.fresh), free(fl.ranges);
+	if (map != MAP_FAILED)
+		munmap(map, h.file_bytes);
+	free(resmem);
+	free(ffnmem);
+	sbf_model_free(&m);
+	close(fd);
+	return err;
+}

@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The LLM-in-a-flash runner (flash/): a small generated model is
+ *
+ *  - deterministic from its seed (two generations, 1 and 2 threads, give
+ *    the same bytes; another seed gives other bytes), sparse and
+ *    predictable as its header claims;
+ *  - bit-identical in its logits between resident mode and flash mode
+ *    (FFN bundles paged in through a sparsebuf file buffer under a pool
+ *    budget a third of the FFN's size, so bundles are released and read
+ *    again), with every release policy, and mmap_sparse;
+ *  - in flash mode, reads bundles through the pool, releases them, and
+ *    reads no more than 2x the bytes of the bundles entering the window.
+ */
+#include "harness.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include "../flash/gen.h"
+#include "../flash/runner.h"
+#include "sbkernels.h"
+
+#define STEPS 12
+
+static char dir[256];
+
+static struct sbf_gen_opts small(uint64_t seed, int threads)
+{
+	struct sbf_gen_opts o;
+
+	sbf_gen_defaults(&o, 32 * MiB);
+	o.seed = seed;
+	o.dim = 1024;
+	o.n_layers = 2;
+	o.hidden = 4096;
+	o.n_heads = 8;
+	o.n_kv_heads = 2;
+	o.vocab = 512;
+	o.threads = threads;
+	return o;
+}
+
+static void *slurp(const char *path, size_t *len)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY);
+	char *p;
+
+	CHECK(fd >= 0 && fstat(fd, &st) == 0);
+	p = malloc((size_t)st.st_size);
+	CHECK(p);
+	CHECK(pread(fd, p, (size_t)st.st_size, 0) == st.st_size);
+	close(fd);
+	*len = (size_t)st.st_size;
+	return p;
+}
+
+struct logits {
+	float *v;
+	int vocab;
+};
+
+static void keep(void *ctx, int step, const float *l, int n)
+{
+	struct logits *lg = ctx;
+
+	lg->vocab = n;
+	memcpy(lg->v + (size_t)step * n, l, (size_t)n * sizeof(*l));
+}
+
+static struct sbf_result run(const char *path, enum sbf_mode mode,
+			     uint64_t budget, enum sbf_release rel, float *out)
+{
+	struct logits lg = {out, 0};
+	struct sbf_opts o = {0};
+	struct sbf_result r;
+	int err;
+
+	o.path = path;
+	o.mode = mode;
+	o.budget = budget;
+	o.k = 2;
+	o.steps = STEPS;
+	o.seed = 3;
+	o.release = rel;
+	o.measure = mode == SBF_RESIDENT;
+	o.on_logits = keep;
+	o.ctx = &lg;
+	err = sbf_run(&o, &r);
+	if (err < 0)
+		FAIL("%s mode: %s", sbf_mode_name(mode), strerror(-err));
+	return r;
+}
+
+static int child(const char *name)
+{
+	(void)name;
+	return 2;
+}
+
+static int main_test(void)
+{
+	const char *tmp = getenv("TMPDIR");
+	char a[300], b[300], c[300];
+	struct sbf_gen_opts o;
+	struct sbf_header h;
+	struct sbf_result rr, rf;
+	size_t la, lb, lc, nl;
+	char *pa, *pb, *pc;
+	float *ref, *got;
+	uint64_t budget;
+
+	require_uffd();
+	snprintf(dir, sizeof(dir), "%s/sbflash-test-XXXXXX",
+		 tmp && *tmp ? tmp : "/var/tmp");
+	if (!mkdtemp(dir))
+		FAIL("mkdtemp %s: %s", dir, strerror(errno));
+	snprintf(a, sizeof(a), "%s/a.bin", dir);
+	snprintf(b, sizeof(b), "%s/b.bin", dir);
+	snprintf(c, sizeof(c), "%s/c.bin", dir);
+
+	/* Deterministic from the seed, whatever the thread count. */
+	o = small(7, 1);
+	CHECK(sbf_generate(a, &o, &h) == 0);
+	o = small(7, 2);
+	CHECK(sbf_generate(b, &o, NULL) == 0);
+	o = small(8, 2);
+	CHECK(sbf_generate(c, &o, NULL) == 0);
+	pa = slurp(a, &la), pb = slurp(b, &lb), pc = slurp(c, &lc);
+	CHECK(la == h.file_bytes && lb == la && lc == la);
+	if (memcmp(pa, pb, la))
+		FAIL("same seed, different bytes");
+	if (!memcmp(pa + h.ffn_off, pc + h.ffn_off, h.ffn_bytes))
+		FAIL("another seed, same FFN bytes");
+	free(pa), free(pb), free(pc);
+	unlink(b), unlink(c);
+	printf("model: %.1f MiB (FFN %.1f MiB), sparsity %.3f, recall %.3f, "
+	       "precision %.3f, predicted %.3f\n",
+	       h.file_bytes / 1048576.0, h.ffn_bytes / 1048576.0, h.sparsity,
+	       h.recall, h.precision, h.predicted);
+	CHECK(h.sparsity > 0.90 && h.sparsity < 0.99);
+	CHECK(h.recall > 0.85);
+	CHECK(h.precision > 0.3);
+
+	/* Resident is the reference; flash under a pool a third the FFN's
+	 * size must give the same bits. */
+	nl = (size_t)STEPS * 512;
+	ref = calloc(nl, sizeof(float));
+	got = calloc(nl, sizeof(float));
+	CHECK(ref && got);
+	rr = run(a, SBF_RESIDENT, 0, SBF_RELEASE_AUTO, ref);
+	printf("resident: %.1f tok/s, %.0f neurons/token, %.1f%% active, "
+	       "recall on the run %.3f\n",
+	       rr.tokens_per_s, (double)rr.computed / STEPS,
+	       100.0 * rr.nonzero / rr.computed,
+	       (double)rr.n_true_pred / rr.n_true);
+	CHECK(rr.n_true > 0 && rr.computed > 0);
+	CHECK((double)rr.n_true_pred / rr.n_true > 0.8);
+
+	budget = h.res_bytes + (uint64_t)2 * 2 * STEPS * 1024 * 4 + 96 * MiB +
+		 h.ffn_bytes / 3;
+	for (int rel = SBF_RELEASE_AUTO; rel <= SBF_RELEASE_NEVER; rel++) {
+		memset(got, 0, nl * sizeof(float));
+		rf = run(a, SBF_FLASH, budget, (enum sbf_release)rel, got);
+		printf("flash (release %d): %.1f tok/s, pool %.1f MiB, read "
+		       "%.2f MiB/token, new bundles %.2f MiB/token, faults %llu, "
+		       "released %llu, dropped %llu\n",
+		       rel, rf.tokens_per_s, rf.pool_bytes / 1048576.0,
+		       rf.bytes_read / 1048576.0 / STEPS,
+		       rf.new_neurons * (double)h.bundle / 1048576.0 / STEPS,
+		       (unsigned long long)rf.faults,
+		       (unsigned long long)rf.unmapped,
+		       (unsigned long long)rf.dropped);
+		if (memcmp(ref, got, nl * sizeof(float)))
+			FAIL("flash (release %d) logits differ from resident",
+			     rel);
+		CHECK(rf.computed == rr.computed);
+		CHECK(rf.bytes_read > 0 && rf.new_neurons > 0);
+		CHECK(rf.pool_bytes < h.ffn_bytes / 2);
+		if (rel != SBF_RELEASE_NEVER)
+			CHECK(rf.unmapped > 0);
+		else
+			CHECK(rf.dropped > 0);
+		CHECK(rf.bytes_read <= 2 * rf.new_neurons * h.bundle +
+					       rf.faults * 64 * (uint64_t)h.bundle);
+	}
+
+	memset(got, 0, nl * sizeof(float));
+	run(a, SBF_MMAP_SPARSE, 0, SBF_RELEASE_AUTO, got);
+	if (memcmp(ref, got, nl * sizeof(float)))
+		FAIL("mmap_sparse logits differ from resident");
+	run(a, SBF_MMAP_DENSE, 0, SBF_RELEASE_AUTO, got);
+	printf("logits: resident == flash == mmap_sparse (bit for bit)\n");
+
+	free(ref), free(got);
+	unlink(a);
+	rmdir(dir);
+	return 0;
+}
