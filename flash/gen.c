@@ -574,3 +574,18 @@ out:
 	free(g.basis), free(res), free(ffn), free(first_res), free(first_ffn);
 	return err;
 }
+
+uint64_t sbf_parse_size(const char *s)
+{
+	char *e;
+	double v = strtod(s, &e);
+
+	switch (*e) {
+	case 'k': case 'K': v *= 1024; break;
+	case 'm': case 'M': v *= 1024.0 * 1024; break;
+	case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
+	case 't': case 'T': v *= 1024.0 * 1024 * 1024 * 1024; break;
+	default: break;
+	}
+	return (uint64_t)v;
+}

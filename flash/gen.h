@@ -26,4 +26,8 @@ void sbf_gen_defaults(struct sbf_gen_opts *o, uint64_t model_bytes);
 int sbf_generate(const char *path, const struct sbf_gen_opts *o,
 		 struct sbf_header *out);
 
+/* A size from the command line: a number with an optional K, M, G or T
+ * suffix (powers of 1024; "4.5G" is fine). */
+uint64_t sbf_parse_size(const char *s);
+
 #endif /* SBFLASH_GEN_H */

@@ -18,22 +18,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gen.h"
 #include "runner.h"
 #include "sbkernels.h"
-
-static uint64_t parse_size(const char *s)
-{
-	char *e;
-	double v = strtod(s, &e);
-
-	switch (*e) {
-	case 'k': case 'K': v *= 1024; break;
-	case 'm': case 'M': v *= 1024.0 * 1024; break;
-	case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
-	default: break;
-	}
-	return (uint64_t)v;
-}
 
 static void write_logits(void *ctx, int step, const float *logits, int n)
 {
@@ -108,7 +95,7 @@ int main(int argc, char **argv)
 					return 2;
 				}
 			} else if (!strcmp(a, "--budget"))
-				o.budget = parse_size(v);
+				o.budget = sbf_parse_size(v);
 			else if (!strcmp(a, "-k"))
 				o.k = atoi(v);
 			else if (!strcmp(a, "--threads"))

@@ -18,21 +18,6 @@
 #include "gen.h"
 #include "model.h"
 
-static uint64_t parse_size(const char *s)
-{
-	char *e;
-	double v = strtod(s, &e);
-
-	switch (*e) {
-	case 'k': case 'K': v *= 1024; break;
-	case 'm': case 'M': v *= 1024.0 * 1024; break;
-	case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
-	case 't': case 'T': v *= 1024.0 * 1024 * 1024 * 1024; break;
-	default: break;
-	}
-	return (uint64_t)v;
-}
-
 static void print_header(const char *path, const struct sbf_header *h,
 			 int json)
 {
@@ -76,7 +61,7 @@ int main(int argc, char **argv)
 	/* First pass: the size decides the defaults the rest override. */
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--model-bytes") && i + 1 < argc)
-			bytes = parse_size(argv[i + 1]);
+			bytes = sbf_parse_size(argv[i + 1]);
 	sbf_gen_defaults(&o, bytes);
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
