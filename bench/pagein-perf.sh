@@ -37,20 +37,9 @@ while [ $# -gt 0 ]; do
 	shift
 done
 bin="$build/bench/pagein"
-[ -x "$bin" ] || { echo "build $bin first (make $bin)" >&2; exit 2; }
-command -v perf >/dev/null 2>&1 || {
-	echo "perf is not installed (Debian: apt-get install linux-perf)" >&2
-	exit 77
-}
-tmp=$(mktemp -d)
-cleanup() {
-	perf probe -q -d "sdt_sparsebuf:*" >/dev/null 2>&1
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-perf probe -q -d "sdt_sparsebuf:*" >/dev/null 2>&1
-perf buildid-cache --add "$bin" >/dev/null 2>&1
+ROW_W=44
+. "$(dirname "$0")/perf-lib.sh"
+perf_setup "$bin"
 # One probe name at a time: perf 6.1 cannot express every argument the
 # compiler chose (an indexed memory operand: it drops it), and the kernel
 # refuses a second site with other arguments under the same name, so
@@ -67,9 +56,6 @@ if ! perf probe -l 2>/dev/null | grep -q "sdt_sparsebuf:fault .*$bin" ||
 fi
 kernel_events="page-faults,minor-faults,major-faults"
 
-count() { # file event
-	awk -F, -v ev="$2" '$3 == ev { print $1 }' "$1"
-}
 run() { # name
 	name=$1
 	fifo="$tmp/$name.fifo"
@@ -98,20 +84,9 @@ run() { # name
 	wait "$pid" || { cat "$tmp/$name.err" >&2; exit 1; }
 	wait "$p1" "$p2"
 }
-val() { # name key
-	sed -n "s/^$2=//p" "$tmp/$1.out"
-}
-
 run sb
 run mmap
 
-fail=0
-row() { # label perf ours
-	ok=no
-	[ "$2" = "$3" ] && ok=yes
-	[ "$ok" = no ] && fail=1
-	printf '%-44s %10s %10s   %s\n' "$1" "$2" "$3" "$ok"
-}
 row_ge() { # label perf ours: perf >= ours
 	ok=no
 	[ -n "$2" ] && [ -n "$3" ] && [ "$2" -ge "$3" ] && ok="yes (>=)"

@@ -24,22 +24,8 @@ check=0
 [ "${1:-}" = "--check" ] && { check=1; shift; }
 build=${1:-build}
 bin="$build/bench/fault_workload"
-[ -x "$bin" ] || { echo "build $bin first (make)" >&2; exit 2; }
-command -v perf >/dev/null 2>&1 || {
-	echo "perf is not installed (Debian: apt-get install linux-perf)" >&2
-	exit 77
-}
-tmp=$(mktemp -d)
-cleanup() {
-	perf probe -q -d "sdt_sparsebuf:*" >/dev/null 2>&1
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-# perf learns the probes from the binary's .note.stapsdt section; drop any
-# left from an older build of it first (their offsets would be stale).
-perf probe -q -d "sdt_sparsebuf:*" >/dev/null 2>&1
-perf buildid-cache --add "$bin" >/dev/null 2>&1
+. "$(dirname "$0")/perf-lib.sh"
+perf_setup "$bin"
 if ! perf probe -q -x "$bin" "sdt_sparsebuf:*" >/dev/null 2>&1; then
 	echo "perf cannot attach uprobes here (needs root and tracefs)" >&2
 	exit 77
@@ -47,9 +33,6 @@ fi
 kernel_events="page-faults,minor-faults,major-faults"
 sdt_events="sdt_sparsebuf:fault,sdt_sparsebuf:map,sdt_sparsebuf:unmap,sdt_sparsebuf:cow"
 
-count() { # file event
-	awk -F, -v ev="$2" '$3 == ev { print $1 }' "$1"
-}
 run() { # name args...
 	name=$1
 	shift
@@ -71,21 +54,10 @@ run() { # name args...
 	wait "$pid" || { cat "$tmp/$name.err" >&2; exit 1; }
 	wait "$p1" "$p2"
 }
-val() { # name key
-	sed -n "s/^$2=//p" "$tmp/$1.out"
-}
-
 run sparse --pages 256 --maps 256 --cow 64
 run none --pages 0 --maps 0 --cow 0
 run anon --anon --pages 256
 
-fail=0
-row() { # label perf ours
-	ok=no
-	[ "$2" = "$3" ] && ok=yes
-	[ "$ok" = no ] && fail=1
-	printf '%-42s %10s %10s   %s\n' "$1" "$2" "$3" "$ok"
-}
 thread_pf() { count "$tmp/$1.thread" page-faults; }
 echo "workload: 256 pages grown by touch, 256 placed with sb_buf_map, 64"
 echo "shared and written (copy-on-write); pages of $(val sparse page_size) bytes"
