@@ -52,11 +52,6 @@ static bool disk_used(struct sb_buf *buf)
 						memory_order_relaxed);
 }
 
-static void count(_Atomic uint64_t *c, uint64_t n)
-{
-	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
-}
-
 /* ---- registry -------------------------------------------------------------- */
 
 static int reg_insert(struct sb_pool *pool, struct sb_buf *buf)
@@ -270,7 +265,7 @@ SB_API void sb_buf_destroy(struct sb_buf *buf)
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
 
-	count(&pool->n_unmaps, released);
+	sbi_count(&pool->n_unmaps, released);
 	if (buf->flags & (SB_BUF_EVICTABLE | SBI_BUF_RO))
 		atomic_fetch_sub(&pool->n_evictable, 1);
 	sbi_src_free(buf->src);
@@ -419,7 +414,7 @@ long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 			SBI_TRACE_MAP(buf, runs[t].idx + i);
 		}
 	buf->nplaced += n;
-	count(&pool->n_maps, n);
+	sbi_count(&pool->n_maps, n);
 	r = (long)(n + nin);
 	pthread_mutex_unlock(&buf->lock);
 	goto out_unlocked;
@@ -513,7 +508,7 @@ SB_API long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len)
 	}
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
-	count(&pool->n_unmaps, released);
+	sbi_count(&pool->n_unmaps, released);
 	return r < 0 ? r : (long)released;
 }
 
@@ -690,6 +685,6 @@ SB_API long sb_buf_share(struct sb_buf *dst, size_t dst_off,
 	pthread_mutex_unlock(&first->lock);
 	pthread_rwlock_unlock(&pool->layout);
 	free(snap);
-	count(&pool->n_unmaps, released);
+	sbi_count(&pool->n_unmaps, released);
 	return r < 0 ? r : (long)shared;
 }

@@ -50,11 +50,6 @@
 #define BATCH 64
 #define MAX_CAND 256
 
-static void count(_Atomic uint64_t *c, uint64_t n)
-{
-	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
-}
-
 static bool tracked(const struct sb_buf *buf)
 {
 	return buf->flags & (SB_BUF_EVICTABLE | SBI_BUF_RO);
@@ -78,22 +73,6 @@ void sbi_rmap_note(struct sb_buf *buf, size_t idx, sbi_pid pid)
 
 /* ---- writing pages out ----------------------------------------------------- */
 
-static int uffd_wp(int uffd, char *addr, size_t len, bool on)
-{
-	struct uffdio_writeprotect wp = {
-		.range = {.start = (uintptr_t)addr, .len = len},
-		.mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0,
-	};
-
-	for (int tries = 0; tries < 1000; tries++) {
-		if (ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) == 0)
-			return 0;
-		if (errno != EAGAIN)
-			return -errno;
-	}
-	return -EAGAIN;
-}
-
 /* Step 1 for pages idx[0..n) (ascending, placed, private), in runs. */
 static int freeze(struct sb_buf *buf, const size_t *idx, size_t n)
 {
@@ -113,14 +92,14 @@ static int freeze(struct sb_buf *buf, const size_t *idx, size_t n)
 				      UFFDIO_REGISTER_MODE_MISSING |
 					      (ro ? 0 : UFFDIO_REGISTER_MODE_WP));
 		if (r == 0 && !ro)
-			r = uffd_wp(pool->uffd, addr, len, true);
+			r = sbi_uffd_wp(pool->uffd, addr, len, true);
 		if (r < 0) {
 			for (size_t t = 0; t < k; t++)
 				if (!ro)
-					uffd_wp(pool->uffd,
-						buf->base + (idx[t]
-							     << pool->page_shift),
-						pool->page_size, false);
+					sbi_uffd_wp(pool->uffd,
+						    buf->base + (idx[t] <<
+								 pool->page_shift),
+						    pool->page_size, false);
 			return r;
 		}
 		k = j;
@@ -184,7 +163,7 @@ static long drop_pages(struct sb_buf *buf, const size_t *idx, size_t n)
 	if (r < 0)
 		return r;
 	release(buf, idx, n, NULL);
-	count(&pool->n_dropped, n);
+	sbi_count(&pool->n_dropped, n);
 	return (long)n;
 }
 
@@ -246,19 +225,19 @@ static long write_pages(struct sb_buf *buf, const size_t *idx, size_t n)
 		/* Lift the protection (waking blocked writers): the pages
 		 * stay as they were. */
 		for (size_t k = 0; k < n; k++)
-			uffd_wp(pool->uffd,
-				buf->base + (idx[k] << pool->page_shift),
-				pool->page_size, false);
+			sbi_uffd_wp(pool->uffd,
+				    buf->base + (idx[k] << pool->page_shift),
+				    pool->page_size, false);
 		sbi_spill_free(d, slots, n);
 		if (r != -ENOSPC)
-			count(&pool->n_io_errors, 1);
+			sbi_count(&pool->n_io_errors, 1);
 		sbi_warn("eviction of %zu pages of buffer %u: %s; kept in "
 			 "memory", n, buf->id, strerror(-r));
 		return r;
 	}
 	release(buf, idx, n, slots);
-	count(&pool->n_pages_out, n);
-	count(&pool->n_bytes_written, n * pool->page_size);
+	sbi_count(&pool->n_pages_out, n);
+	sbi_count(&pool->n_bytes_written, n * pool->page_size);
 	return (long)n;
 }
 

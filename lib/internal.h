@@ -224,6 +224,12 @@ struct sb_pool {
 	struct sb_pool *next_pool;	/* global list, for fork handling */
 };
 
+/* Add to a statistics counter (struct sb_stats); no ordering needed. */
+static inline void sbi_count(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
 static inline struct sbi_heap *sbi_pid_heap(struct sb_pool *pool, sbi_pid p)
 {
 	return pool->heaps[p / pool->pages_per_heap];
@@ -432,6 +438,7 @@ int sbi_vma_poison(struct sb_buf *buf, size_t idx);
 int sbi_vma_wpfail(struct sb_buf *buf, size_t idx, sbi_pid pid);
 void sbi_vma_wake(struct sb_buf *buf, size_t idx);
 int sbi_uffd_register(int uffd, void *addr, size_t len, uint64_t mode);
+int sbi_uffd_wp(int uffd, void *addr, size_t len, bool on);
 
 /* ---- fault.c ---------------------------------------------------------------*/
 

@@ -59,11 +59,6 @@ static int injected_failure(void)
 	return 0;
 }
 
-static void count(_Atomic uint64_t *c, uint64_t n)
-{
-	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
-}
-
 /* ---- where the data is ----------------------------------------------------- */
 
 void sbi_src_where(struct sb_buf *buf, size_t idx, uint64_t pte, int *fd,
@@ -176,6 +171,25 @@ static void poison(struct sb_buf *buf, size_t idx, bool kept)
 	sbi_vma_poison(buf, idx);
 }
 
+/* Map a page read in over the kept page, complete: there is no moment at
+ * which a touch could see anything else. Counted first: a thread that
+ * touches the page once it is mapped takes no fault and waits for nothing,
+ * and its next sb_pool_stats must include the page. */
+static int map_in(struct sb_buf *buf, const struct sbi_io *io)
+{
+	struct sb_pool *pool = buf->pool;
+	int r;
+
+	sbi_count(&pool->n_pages_in, 1);
+	sbi_count(&pool->n_bytes_read, (uint64_t)io->res);
+	r = sbi_vma_place(buf, io->idx, 1, io->pid, buf->flags & SBI_BUF_RO);
+	if (r < 0) {
+		sbi_count(&pool->n_pages_in, (uint64_t)-1);
+		sbi_count(&pool->n_bytes_read, -(uint64_t)io->res);
+	}
+	return r;
+}
+
 static bool pagein_done(struct sbi_io *io)
 {
 	struct sb_buf *buf = io->buf;
@@ -199,7 +213,7 @@ static bool pagein_done(struct sbi_io *io)
 				buf->id,
 				r == -EBADMSG ? "checksum mismatch"
 					      : strerror(-r));
-			count(&pool->n_io_errors, 1);
+			sbi_count(&pool->n_io_errors, 1);
 		}
 	}
 	/* A thread may hold these while it waits for one of our writes. */
@@ -214,20 +228,14 @@ static bool pagein_done(struct sbi_io *io)
 		/* Unmapped or destroyed meanwhile: nobody wants the data,
 		 * and what the entry held is ours to give back. */
 		sbi_pool_put(pool, &(sbi_pid){io->pid + 1}, 1);
-	} else if (io->ok &&
-		   sbi_vma_place(buf, io->idx, 1, io->pid,
-				 buf->flags & SBI_BUF_RO) == 0) {
-		/* Mapped over the kept page, complete: there is no moment
-		 * at which a touch could see anything else. */
+	} else if (io->ok && map_in(buf, io) == 0) {
 		*pte = (uint64_t)io->pid + 1;
 		buf->nplaced++;
 		sbi_rmap_note(buf, io->idx, io->pid);
-		count(&pool->n_pages_in, 1);
-		count(&pool->n_bytes_read, (uint64_t)io->res);
 		SBI_TRACE_PAGEIN(buf, io->idx);
 	} else {
 		sbi_pool_put(pool, &(sbi_pid){io->pid + 1}, 1);
-		count(&pool->n_sigbus, 1);
+		sbi_count(&pool->n_sigbus, 1);
 		if (io->ok) {
 			/* Read but not mappable (vm.max_map_count): the data
 			 * stays on disk; this touch gets SIGBUS. */
@@ -340,7 +348,7 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 				sbi_debug("page-in of page %zu of buffer %u: "
 					  "%s: SIGBUS",
 					  idx, buf->id, strerror(-r));
-				count(&buf->pool->n_sigbus, 1);
+				sbi_count(&buf->pool->n_sigbus, 1);
 				poison(buf, idx,
 				       sbi_pte_kept(buf->pte[idx]) != 0);
 			}

@@ -154,7 +154,9 @@ int sbi_vma_unplace(struct sb_buf *buf, size_t idx, size_t n)
 					    : pool->uffd);
 }
 
-static int writeprotect(int uffd, void *addr, size_t len, bool on)
+/* UFFDIO_WRITEPROTECT, retried while the kernel answers EAGAIN (a range
+ * being changed under it). */
+int sbi_uffd_wp(int uffd, void *addr, size_t len, bool on)
 {
 	struct uffdio_writeprotect wp = {
 		.range = {.start = (uintptr_t)addr, .len = len},
@@ -178,14 +180,14 @@ int sbi_vma_protect(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 
 	r = sbi_uffd_register(uffd, addr, len, UFFDIO_REGISTER_MODE_WP);
 	if (r == 0)
-		r = writeprotect(uffd, addr, len, true);
+		r = sbi_uffd_wp(uffd, addr, len, true);
 	return r;
 }
 
 int sbi_vma_unprotect(struct sb_buf *buf, size_t idx, size_t n)
 {
 	/* Also wakes the threads waiting on the write fault. */
-	return writeprotect(buf->pool->uffd, page_addr(buf, idx),
+	return sbi_uffd_wp(buf->pool->uffd, page_addr(buf, idx),
 			    pages_len(buf, n), false);
 }
 
