@@ -23,12 +23,12 @@ struct run {
 	sbi_pid pid;
 };
 
-static int check_range(const struct sb_buf *buf, size_t off, size_t len)
+int sbi_check_range(const struct sb_buf *buf, size_t off, size_t len)
 {
 	return off > buf->length || len > buf->length - off ? -ERANGE : 0;
 }
 
-static int check_buf(const struct sb_buf *buf)
+int sbi_check_buf(const struct sb_buf *buf)
 {
 	return buf ? sbi_pool_check(buf->pool) : -EINVAL;
 }
@@ -222,7 +222,7 @@ SB_API void sb_buf_destroy(struct sb_buf *buf)
 	struct uffdio_range range;
 	size_t released = 0;
 
-	if (check_buf(buf) < 0)
+	if (sbi_check_buf(buf) < 0)
 		return;
 	pool = buf->pool;
 	sbi_prefetch_cancel(buf, 0, buf->npages);
@@ -439,9 +439,9 @@ SB_API long sb_buf_map(struct sb_buf *buf, size_t off, size_t len)
 {
 	long r;
 
-	if ((r = check_buf(buf)) < 0)
+	if ((r = sbi_check_buf(buf)) < 0)
 		return r;
-	if ((r = check_range(buf, off, len)) < 0 || !len)
+	if ((r = sbi_check_range(buf, off, len)) < 0 || !len)
 		return r;
 	return sbi_buf_place(buf, off >> buf->pool->page_shift,
 			     ((off + len - 1) >> buf->pool->page_shift) + 1,
@@ -463,9 +463,9 @@ SB_API long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len)
 	sbi_pid batch[256];
 	long r;
 
-	if ((r = check_buf(buf)) < 0)
+	if ((r = sbi_check_buf(buf)) < 0)
 		return r;
-	if ((r = check_range(buf, off, len)) < 0)
+	if ((r = sbi_check_range(buf, off, len)) < 0)
 		return r;
 	pool = buf->pool;
 	/* Only pages lying wholly inside the range. */
@@ -518,9 +518,9 @@ SB_API long sb_buf_placed(const struct sb_buf *cbuf, size_t off, size_t len)
 	size_t first, end, n = 0;
 	long r;
 
-	if ((r = check_buf(buf)) < 0)
+	if ((r = sbi_check_buf(buf)) < 0)
 		return r;
-	if ((r = check_range(buf, off, len)) < 0 || !len)
+	if ((r = sbi_check_range(buf, off, len)) < 0 || !len)
 		return r;
 	first = off >> buf->pool->page_shift;
 	end = ((off + len - 1) >> buf->pool->page_shift) + 1;
@@ -628,7 +628,7 @@ SB_API long sb_buf_share(struct sb_buf *dst, size_t dst_off,
 	sbi_pid *snap;
 	long r;
 
-	if ((r = check_buf(dst)) < 0 || (r = check_buf(src)) < 0)
+	if ((r = sbi_check_buf(dst)) < 0 || (r = sbi_check_buf(src)) < 0)
 		return r;
 	pool = dst->pool;
 	if (src->pool != pool)
@@ -640,8 +640,8 @@ SB_API long sb_buf_share(struct sb_buf *dst, size_t dst_off,
 	if (len > SIZE_MAX - (pool->page_size - 1))
 		return -ERANGE;
 	len = (len + pool->page_size - 1) & ~(pool->page_size - 1);
-	if (check_range(dst, dst_off, len) < 0 ||
-	    check_range(src, src_off, len) < 0)
+	if (sbi_check_range(dst, dst_off, len) < 0 ||
+	    sbi_check_range(src, src_off, len) < 0)
 		return -ERANGE;
 	if (!pool->can_wp)
 		return -EOPNOTSUPP;	/* no copy-on-write on this kernel */

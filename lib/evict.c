@@ -448,13 +448,10 @@ SB_API long sb_buf_evict(struct sb_buf *buf, size_t off, size_t len)
 	size_t first, end;
 	long r;
 
-	if (!buf)
-		return -EINVAL;
-	if ((r = sbi_pool_check(buf->pool)) < 0)
+	if ((r = sbi_check_buf(buf)) < 0 ||
+	    (r = sbi_check_range(buf, off, len)) < 0)
 		return r;
 	pool = buf->pool;
-	if (off > buf->length || len > buf->length - off)
-		return -ERANGE;
 	if (!pool->can_wp && !(buf->flags & SBI_BUF_RO))
 		return -EOPNOTSUPP;	/* no write-protect on shmem */
 	/* Only pages lying wholly inside the range, as sb_buf_unmap. */
@@ -479,13 +476,10 @@ SB_API long sb_buf_advise(struct sb_buf *buf, size_t off, size_t len,
 	long n = 0, r;
 	uint8_t bit;
 
-	if (!buf)
-		return -EINVAL;
-	if ((r = sbi_pool_check(buf->pool)) < 0)
+	if ((r = sbi_check_buf(buf)) < 0 ||
+	    (r = sbi_check_range(buf, off, len)) < 0)
 		return r;
 	pool = buf->pool;
-	if (off > buf->length || len > buf->length - off)
-		return -ERANGE;
 	if (!len)
 		return 0;
 	first = off >> pool->page_shift;

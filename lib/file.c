@@ -253,14 +253,13 @@ SB_API int sb_buf_save(struct sb_buf *buf, size_t off, size_t len,
 	char *head = NULL;
 	int fd = -1, r = 0;
 
-	if (!buf || !path)
+	if (!path)
 		return -EINVAL;
-	if ((r = sbi_pool_check(buf->pool)) < 0)
+	if ((r = sbi_check_buf(buf)) < 0 ||
+	    (r = sbi_check_range(buf, off, len)) < 0)
 		return r;
 	pool = buf->pool;
 	ps = pool->page_size;
-	if (off > buf->length || len > buf->length - off)
-		return -ERANGE;
 	if (off & (ps - 1))
 		return -EINVAL;
 	if (!len)

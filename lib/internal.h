@@ -250,6 +250,13 @@ static inline char *sbi_pid_mem(struct sb_pool *pool, sbi_pid p)
 
 /* 0, or -ECHILD for a pool its creator had before fork()ing this child. */
 int sbi_pool_check(const struct sb_pool *pool);
+
+/* The argument checks every sb_buf_* call makes: -EINVAL for no buffer,
+ * the pool's own state (sbi_pool_check), -ERANGE for a range that does
+ * not lie inside the buffer. */
+int sbi_check_buf(const struct sb_buf *buf);
+
+int sbi_check_range(const struct sb_buf *buf, size_t off, size_t len);
 extern _Atomic unsigned sbi_fork_gen;
 void sbi_process_add_pool(struct sb_pool *pool);
 void sbi_process_remove_pool(struct sb_pool *pool);
