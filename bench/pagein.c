@@ -54,6 +54,7 @@
  *   --verbose  CPU time of every thread of each sparsebuf run
  *   --run sb|mmap [--wait FIFO]  one cold sequential read, key=value
  *            counters on stdout (bench/pagein-perf.sh runs this under perf)
+ *   --run rand  one cold random run (the pipelined target row), key=value
  */
 #include "bench.h"
 
@@ -426,6 +427,7 @@ static void delta(struct sb_stats *d, const struct sb_stats *a,
 	d->io_errors -= a->io_errors;
 	d->sigbus -= a->sigbus;
 	d->pages_dropped -= a->pages_dropped;
+	d->sync_prepares -= a->sync_prepares;
 }
 
 struct run {
@@ -1035,6 +1037,21 @@ static int run_one(const char *what, const char *fifo)
 	double t0, secs;
 	char *p;
 
+	if (!strcmp(what, "rand")) {
+		/* The random test's target row alone: pipelined prefetch. */
+		size_t total = fsize / RAND_BS;
+		size_t n = rand_blocks ? rand_blocks : total / 4;
+		size_t *blk = perm(total, n, 42);
+		struct run r;
+
+		rand_sb(blk, n, RS_PIPE, 0, &r);
+		printf("what=rand\nbytes=%zu\nMBps=%.0f\ncpu=%.2f\nbad=%zu\n"
+		       "pages_in=%" PRIu64 "\nsync_prepares=%" PRIu64 "\n",
+		       n * RAND_BS, r.bps / 1e6, r.cpu, r.t.bad, r.st.pages_in,
+		       r.st.sync_prepares);
+		free(blk);
+		return r.t.bad != 0;
+	}
 	cold();
 	if (!strcmp(what, "sb")) {
 		pool = new_pool(seq_page, 0);
@@ -1103,7 +1120,7 @@ static void usage(void)
 		"              [--touch word|sum] [--no-drop-caches] [--sweep] "
 		"[--only seq,rand,evict]\n"
 		"              [--rand-blocks N] [--evict-size S] [--verbose]\n"
-		"       pagein --run sb|mmap [--wait FIFO] [--dir D] [--size S] "
+		"       pagein --run sb|mmap|rand [--wait FIFO] [--dir D] [--size S] "
 		"[--page-size P]\n");
 	exit(2);
 }

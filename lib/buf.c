@@ -381,7 +381,7 @@ long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 
 	for (size_t sg = 0, got = 0; sg < nsegs; got += segs[sg++].n) {
 		r = sbi_alloc(pool, buf, segs[sg].pid, segs[sg].n, pids + got,
-			      NULL, false);
+			      0, NULL, false);
 		if (r < 0) {
 			n = got;	/* what to give back */
 			goto out_put;

@@ -146,6 +146,13 @@ static void env_threads(void)
 	env_fault_threads = (int)v;
 }
 
+bool sbi_env_recycle(void)
+{
+	const char *s = getenv("SPARSEBUF_RECYCLE");
+
+	return !s || strcmp(s, "0") != 0;
+}
+
 int sbi_env_fault_threads(void)
 {
 	return env_fault_threads;

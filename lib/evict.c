@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 
 #define BATCH 64
 #define MAX_CAND 256
@@ -90,6 +91,9 @@ static int freeze(struct sb_buf *buf, const size_t *idx, size_t n)
 		len = (j - k) << pool->page_shift;
 		r = sbi_uffd_register(pool->uffd, addr, len,
 				      UFFDIO_REGISTER_MODE_MISSING |
+					      (pool->can_recycle
+						       ? UFFDIO_REGISTER_MODE_MINOR
+						       : 0) |
 					      (ro ? 0 : UFFDIO_REGISTER_MODE_WP));
 		if (r == 0 && !ro)
 			r = sbi_uffd_wp(pool->uffd, addr, len, true);
@@ -107,7 +111,7 @@ static int freeze(struct sb_buf *buf, const size_t *idx, size_t n)
 	return 0;
 }
 
-/* Step 3: the pages are on disk (or clean): punch and keep them. */
+/* Step 3: the pages are on disk (or clean): release their memory. */
 static void release(struct sb_buf *buf, const size_t *idx, size_t n,
 		    const uint32_t *slots)
 {
@@ -116,13 +120,29 @@ static void release(struct sb_buf *buf, const size_t *idx, size_t n,
 
 	for (size_t k = 0; k < n; k++) {
 		pids[k] = sbi_pte_pid(buf->pte[idx[k]]) - 1;
+		/* Recycled: the entry keeps the mapping, not the page. */
 		buf->pte[idx[k]] = SBI_PTE_DISK | SBI_PTE_KEEP |
-				   ((uint64_t)pids[k] + 1) |
+				   (pool->can_recycle ? 0
+						      : (uint64_t)pids[k] + 1) |
 				   SBI_PTE_SLOT(slots ? slots[k] + 1 : 0);
 		SBI_TRACE_EVICT(buf, idx[k]);
 	}
-	/* Touches fault from here on and wait for the buffer lock. */
-	sbi_pool_evicted(pool, pids, n);
+	if (pool->can_recycle) {
+		/* Clear the page-table entries: a touch now finds the page
+		 * in the memfd but not mapped, a minor fault, and waits for
+		 * the buffer's lock. Then the page is free, its contents
+		 * left as they are: the next page-in overwrites them. */
+		for (size_t k = 0; k < n; k++)
+			madvise(buf->base + (idx[k] << pool->page_shift),
+				pool->page_size, MADV_DONTNEED);
+		for (size_t k = 0; k < n; k++)
+			pids[k]++;	/* page-table form */
+		sbi_pool_put(pool, pids, n);
+	} else {
+		/* Touches fault from here on (missing) and wait for the
+		 * buffer lock. */
+		sbi_pool_evicted(pool, pids, n);
+	}
 	buf->nplaced -= n;
 	atomic_store(&buf->disk_used, true);
 }
@@ -136,7 +156,7 @@ static int make_private(struct sb_buf *buf, size_t idx)
 	sbi_pid old = sbi_pte_pid(pte) - 1, pid;
 	int r;
 
-	r = sbi_pool_alloc(pool, buf, 0, 1, &pid);
+	r = sbi_pool_alloc(pool, buf, 0, 1, &pid, SBI_ALLOC_OVERWRITE);
 	if (r < 0)
 		return r;
 	memcpy(sbi_pid_mem(pool, pid), sbi_pid_mem(pool, old),
@@ -411,7 +431,8 @@ static size_t evict_cold(struct sb_pool *pool, size_t want,
 }
 
 int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
-	      size_t n, sbi_pid *out, struct sb_buf *held, bool reg_held)
+	      size_t n, sbi_pid *out, unsigned flags, struct sb_buf *held,
+	      bool reg_held)
 {
 	/* Evict in batches: each write-out waits for the disk once. Up to
 	 * 1 MiB, and a 16th of the budget: the clock's choice should decide
@@ -426,7 +447,7 @@ int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 	for (int round = 0;; round++) {
 		bool over;
 
-		r = sbi_pool_alloc(pool, buf, hint1, n, out);
+		r = sbi_pool_alloc(pool, buf, hint1, n, out, flags);
 		if (r != -ENOMEM || !atomic_load(&pool->n_evictable) ||
 		    round == 16)
 			return r;

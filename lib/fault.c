@@ -35,8 +35,29 @@
 #include <string.h>
 #include <unistd.h>
 
+/*
+ * A minor fault on a placed page: its mapping is one that eviction
+ * registered (the write-out failed, or the page came back in place) and
+ * the kernel dropped its page-table entries (swap, MADV_PAGEOUT). The data
+ * is in the heap: map it again. Waking alone would fault forever.
+ */
+static void service_minor_placed(struct sb_pool *pool, struct sb_buf *buf,
+				 size_t idx)
+{
+	struct uffdio_continue cont = {
+		.range = {.start = (uintptr_t)buf->base +
+				   (idx << pool->page_shift),
+			  .len = pool->page_size},
+	};
+
+	if (ioctl(pool->uffd, UFFDIO_CONTINUE, &cont) < 0 && errno != EEXIST)
+		sbi_vma_place(buf, idx, 1, sbi_pte_pid(buf->pte[idx]) - 1,
+			      buf->flags & SBI_BUF_RO);
+	sbi_vma_wake(buf, idx);
+}
+
 static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
-			    size_t idx)
+			    size_t idx, bool minor)
 {
 	uint64_t *pte = &buf->pte[idx];
 	sbi_pid hint = idx ? sbi_pte_pid(pte[-1]) : 0;
@@ -44,7 +65,10 @@ static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
 	int r;
 
 	if (sbi_pte_pid(*pte)) {
-		sbi_vma_wake(buf, idx);	/* lost a race: already placed */
+		if (minor)
+			service_minor_placed(pool, buf, idx);
+		else
+			sbi_vma_wake(buf, idx);	/* lost a race: placed */
 		return;
 	}
 	if (*pte & SBI_PTE_DISK) {
@@ -63,7 +87,7 @@ static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
 		r = -EFAULT;
 		goto fail;
 	}
-	r = sbi_alloc(pool, buf, hint, 1, &pid, buf, true);
+	r = sbi_alloc(pool, buf, hint, 1, &pid, 0, buf, true);
 	if (r == 0) {
 		r = sbi_vma_place(buf, idx, 1, pid, buf->flags & SBI_BUF_RO);
 		if (r < 0)
@@ -126,7 +150,7 @@ static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
 	r = sbi_alloc(pool, buf,
 		      idx && !(pte[-1] & SBI_PTE_SHARED) ? sbi_pte_pid(pte[-1])
 							  : 0,
-		      1, &pid, buf, true);
+		      1, &pid, SBI_ALLOC_OVERWRITE, buf, true);
 	if (r == 0) {
 		memcpy(sbi_pid_mem(pool, pid), sbi_pid_mem(pool, old),
 		       pool->page_size);
@@ -181,7 +205,8 @@ static void service(struct sb_pool *pool, const struct uffd_msg *msg)
 		if (flags & UFFD_PAGEFAULT_FLAG_WP)
 			service_wp(pool, buf, idx);
 		else
-			service_missing(pool, buf, idx);
+			service_missing(pool, buf, idx,
+					flags & UFFD_PAGEFAULT_FLAG_MINOR);
 		pthread_mutex_unlock(&buf->lock);
 	}
 	pthread_rwlock_unlock(&pool->reg_lock);

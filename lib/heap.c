@@ -20,6 +20,10 @@
 #ifndef MFD_NOEXEC_SEAL
 #define MFD_NOEXEC_SEAL 0x0008U
 #endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23	/* Linux 5.14 */
+#endif
+#define POPULATE_STEP ((size_t)64 << 10)
 
 static int heap_memfd(void)
 {
@@ -137,15 +141,27 @@ void sbi_heap_zero(struct sbi_heap *h, uint32_t idx, uint32_t n,
 	}
 	/* fallocate left the shmem pages unzeroed ("not uptodate"); the first
 	 * fault zeroes each one. Take those faults here, off the caller's
-	 * thread. They take only this mapping's per-VMA lock, so placements
-	 * elsewhere in the process are not stalled. Being mapped once here
-	 * also makes placing the page later cheaper (measured: about 11 us
-	 * instead of 19 us per 256 KiB page for pages allocated through
-	 * write(2) and never mapped): the first mapping of a page pays the
-	 * kernel's per-page accounting. The price is that RSS counts these
-	 * pages twice; PSS counts them once (docs/design.md). */
-	for (size_t o = 0; o < len; o += 4096)
-		p[o] = 0;
+	 * thread. Being mapped once here also makes placing the page later
+	 * cheaper (measured: about 11 us instead of 19 us per 256 KiB page
+	 * for pages allocated through write(2) and never mapped): the first
+	 * mapping of a page pays the kernel's per-page accounting. The price
+	 * is that RSS counts these pages twice; PSS counts them once
+	 * (docs/design.md).
+	 *
+	 * MADV_POPULATE_WRITE takes the faults in the kernel, without an
+	 * exception per 4 KiB: 490 us per fresh MiB against 700 us for a
+	 * store to each page (measured on this VM). It holds the mmap lock
+	 * for reading, which stalls placements (mmap needs it for writing),
+	 * so it goes 64 KiB at a time: tens of microseconds each. Kernels
+	 * before 5.14 lack it: the stores then. */
+	for (size_t o = 0; o < len; o += POPULATE_STEP) {
+		size_t step = len - o < POPULATE_STEP ? len - o : POPULATE_STEP;
+
+		if (madvise((char *)p + o, step, MADV_POPULATE_WRITE) == 0)
+			continue;
+		for (size_t k = 0; k < step; k += 4096)
+			p[o + k] = 0;
+	}
 }
 
 void sbi_heap_punch(struct sbi_heap *h, uint32_t idx, uint32_t n,

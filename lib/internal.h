@@ -61,6 +61,8 @@ void sbi_env_opts(struct sb_pool_opts *opts);
 int sbi_env_error(void);
 /* SPARSEBUF_FAULT_THREADS: handler threads per pool (0 = one per CPU). */
 int sbi_env_fault_threads(void);
+/* SPARSEBUF_RECYCLE: false when set to 0 (read at each pool's creation). */
+bool sbi_env_recycle(void);
 /* NULL if the options are valid, else why not. */
 const char *sbi_opts_check(const struct sb_pool_opts *opts);
 
@@ -157,6 +159,11 @@ struct sb_pool {
 	int quit_fd;		/* eventfd: stops the handler thread */
 	bool can_wp;		/* copy-on-write supported */
 	bool can_poison;
+	/* Eviction keeps a page's memory for the pool instead of punching
+	 * it: minor faults on shmem (UFFD_FEATURE_MINOR_SHMEM, Linux 5.14)
+	 * catch a touch of the buffer page it leaves. SPARSEBUF_RECYCLE=0
+	 * turns it off. See evict.c. */
+	bool can_recycle;
 	unsigned fork_gen;	/* sbi_fork_gen at creation */
 	pthread_t ready_thread;
 	int nfault;		/* fault-handler threads, one per CPU */
@@ -266,7 +273,16 @@ void sbi_process_remove_pool(struct sb_pool *pool);
  * that are zeroed, backed and referenced once. All or nothing: -ENOMEM
  * when the budget or the kernel says no. */
 int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
-		   size_t n, sbi_pid *out);
+		   size_t n, sbi_pid *out, unsigned flags);
+/* sbi_pool_alloc flags. OVERWRITE: the caller writes every byte of the
+ * pages (a read from disk, a copy), so a free page's old contents may stay
+ * (no zeroing: a recycled page costs nothing). NOSPIN: waiting for the
+ * ready thread to finish a page sleeps at once rather than polling first
+ * (a page-in waits for the disk anyway; a fault on an empty page should
+ * not pay a wake-up). */
+#define SBI_ALLOC_OVERWRITE (1u << 0)
+#define SBI_ALLOC_NOSPIN (1u << 1)
+#define SBI_ALLOC_PAGEIN (SBI_ALLOC_OVERWRITE | SBI_ALLOC_NOSPIN)
 /* Add / drop one reference to each page. These take page-table form (pid
  * + 1, entries of 0 skipped). A page whose last reference goes returns to
  * the pool. */
@@ -338,9 +354,11 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready);
  * page, and holds the pool page it fills. */
 #define SBI_PTE_INFLIGHT (1ull << 37)
 #define SBI_PTE_IOERR (1ull << 38)	/* with POISON: the read failed */
-/* With DISK or POISON: the low 32 bits name a page in state EVICTED that
- * the buffer page still maps (its memory punched), so that eviction never
- * has to replace the mapping (evict.c says why). */
+/* With DISK or POISON: the buffer page still maps the heap page it was
+ * evicted from, registered with the pool's uffd (eviction never replaces a
+ * mapping: evict.c says why). The low 32 bits name that page, reserved in
+ * state EVICTED with its memory punched (a touch: missing fault), or are 0
+ * when the pool recycled it (pool->can_recycle; a touch: minor fault). */
 #define SBI_PTE_KEEP (1ull << 39)
 #define SBI_PTE_SLOT_SHIFT 40
 #define SBI_PTE_SLOT(slot1) ((uint64_t)(slot1) << SBI_PTE_SLOT_SHIFT)
@@ -584,7 +602,8 @@ void sbi_rmap_note(struct sb_buf *buf, size_t idx, sbi_pid pid);
  * buffers and retries. held: the buffer whose lock the caller holds (or
  * NULL); reg_held: the caller holds reg_lock (read). */
 int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
-	      size_t n, sbi_pid *out, struct sb_buf *held, bool reg_held);
+	      size_t n, sbi_pid *out, unsigned flags, struct sb_buf *held,
+	      bool reg_held);
 /* Evict the placed pages of [first, end); buf->lock held. */
 long sbi_evict_locked(struct sb_buf *buf, size_t first, size_t end);
 /* An entry that is not placed is being discarded (unmap, destroy, share):

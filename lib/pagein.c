@@ -31,8 +31,12 @@
 #include <unistd.h>
 
 #define RA_MIN_BYTES ((size_t)128 << 10)
-#define RA_MAX_BYTES ((size_t)16 << 20)
+#define RA_MAX_BYTES ((size_t)32 << 20)
 #define BATCH 64
+/* Reads go to the disk as soon as this many bytes are ready to go (and the
+ * touched page's read at once): preparing a pool page can take a fresh
+ * allocation, and the disk should not sit idle while a batch is built. */
+#define SUBMIT_BYTES ((size_t)1 << 20)
 
 static _Atomic unsigned test_fail_count;
 static _Atomic int test_fail_err;
@@ -152,8 +156,8 @@ void sbi_pte_release(struct sb_buf *buf, uint64_t pte)
 		sbi_pool_drop_evicted(pool, &(sbi_pid){kept - 1}, 1);
 }
 
-/* Make the touch of page idx raise SIGBUS. A kept page was write-protected
- * when it was evicted; the marker that leaves must go first. */
+/* Make the touch of page idx raise SIGBUS. A page evicted in place (KEEP)
+ * was write-protected when it was evicted; the marker must go first. */
 static void poison(struct sb_buf *buf, size_t idx, bool kept)
 {
 	struct sb_pool *pool = buf->pool;
@@ -244,10 +248,10 @@ static bool pagein_done(struct sbi_io *io)
 		} else {
 			/* The kept page (if any) stays, poisoned. */
 			*pte = SBI_PTE_POISON | SBI_PTE_IOERR |
-			       (kept ? SBI_PTE_KEEP | kept : 0);
+			       (io->src_pte & (SBI_PTE_KEEP | SBI_PTE_PID));
 			drop_kept = false;
 		}
-		poison(buf, io->idx, kept != 0);
+		poison(buf, io->idx, (io->src_pte & SBI_PTE_KEEP) != 0);
 	}
 	if (drop_slot)
 		sbi_spill_free(d, &(uint32_t){slot1 - 1}, 1);
@@ -278,7 +282,8 @@ int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
 	io = sbi_io_get(d->io);
 	if (!io)
 		return -ENOMEM;
-	r = sbi_alloc(pool, buf, hint, 1, &pid, buf, reg_held);
+	r = sbi_alloc(pool, buf, hint, 1, &pid, SBI_ALLOC_PAGEIN, buf,
+		      reg_held);
 	if (r < 0) {
 		sbi_io_put(d->io, io);
 		return r;
@@ -350,11 +355,12 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 					  idx, buf->id, strerror(-r));
 				sbi_count(&buf->pool->n_sigbus, 1);
 				poison(buf, idx,
-				       sbi_pte_kept(buf->pte[idx]) != 0);
+				       (buf->pte[idx] & SBI_PTE_KEEP) != 0);
 			}
 			break;	/* readahead is best effort */
 		}
-		if (++n == BATCH) {
+		if (++n == BATCH || j == idx ||
+		    n << pool->page_shift >= SUBMIT_BYTES) {
 			sbi_io_submit(pool->disk->io, ios, n);
 			n = 0;
 		}
@@ -404,7 +410,8 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 			if (r < 0)
 				break;
 			queued++;
-			if (++n == BATCH) {
+			if (++n == BATCH ||
+			    n << pool->page_shift >= SUBMIT_BYTES) {
 				sbi_io_submit(d->io, ios, n);
 				n = 0;
 			}

@@ -211,12 +211,15 @@ enum sbi_page_state sbi_page_unfree(struct sb_pool *pool, struct sbi_heap *h,
 
 /* Take free page i of h for one holder; pool->lock held. */
 static enum prep take_page(struct sb_pool *pool, struct sbi_heap *h,
-			   uint32_t i)
+			   uint32_t i, unsigned flags)
 {
 	enum sbi_page_state st = sbi_page_unfree(pool, h, i);
 	enum prep prep = st == SBI_PG_READY   ? PREP_NONE
 			 : st == SBI_PG_DIRTY ? PREP_ZERO
 					      : PREP_BACK;
+
+	if (prep == PREP_ZERO && (flags & SBI_ALLOC_OVERWRITE))
+		prep = PREP_NONE;	/* recycled as it is */
 
 	h->state[i] = SBI_PG_USED;
 	h->refs[i] = 1;
@@ -274,15 +277,16 @@ static bool find_backed(struct sb_pool *pool, sbi_pid *out, bool *busy)
  * poll for a while before sleeping. Having to wait means the reserve was
  * not deep enough for this burst: it counts as a miss, which grows it.
  */
-static void wait_busy(struct sb_pool *pool)
+static void wait_busy(struct sb_pool *pool, unsigned flags)
 {
 	uint64_t gen = pool->busy_gen;
+	int spins = flags & SBI_ALLOC_NOSPIN ? 0 : 200;
 
 	pool->misses++;
 	if (pool->ready_target < pool->ready_max + pool->ready_floor)
 		pool->ready_target++;
 
-	for (int spin = 0; spin < 200 && pool->busy_gen == gen; spin++) {
+	for (int spin = 0; spin < spins && pool->busy_gen == gen; spin++) {
 		pthread_mutex_unlock(&pool->lock);
 		for (int k = 0; k < 200; k++)
 			__builtin_ia32_pause();
@@ -353,7 +357,7 @@ static uint32_t next_run_pages(const struct sb_pool *pool,
 }
 
 static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
-		     bool have_hint, sbi_pid *out)
+		     bool have_hint, sbi_pid *out, unsigned flags)
 {
 	bool tried_cursor = false;
 
@@ -369,7 +373,7 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 		}
 		if (usable(h, i, buf)) {
 			if (h->state[i] == SBI_PG_BUSY) {
-				wait_busy(pool);
+				wait_busy(pool, flags);
 				continue;
 			}
 			if (h->state[i] != SBI_PG_UNBACKED ||
@@ -378,7 +382,7 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 				    i >= buf->run_next && i < buf->run_end)
 					buf->run_next = i + 1;
 				*out = *hint;
-				return take_page(pool, h, i);
+				return take_page(pool, h, i, flags);
 			}
 		}
 		if (pool->resident >= pool->max_pages) {
@@ -387,11 +391,12 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 			if (find_backed(pool, out, &busy)) {
 				h = sbi_pid_heap(pool, *out);
 				return take_page(pool, h,
-						 sbi_pid_index(pool, *out));
+						 sbi_pid_index(pool, *out),
+						 flags);
 			}
 			if (!busy)
 				return -ENOMEM;
-			wait_busy(pool);
+			wait_busy(pool, flags);
 			continue;
 		}
 		/* No page to continue from: the buffer's current run (which
@@ -412,7 +417,7 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 }
 
 int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
-		   size_t n, sbi_pid *out)
+		   size_t n, sbi_pid *out, unsigned flags)
 {
 	uint8_t prep_small[64], *prep = prep_small;
 	sbi_pid hint = hint1 ? hint1 - 1 : 0;
@@ -436,7 +441,7 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 		/* Continue after the previous page, within its heap. */
 		if (have_hint && sbi_pid_index(pool, ++hint) == 0)
 			have_hint = false;
-		r = alloc_one(pool, buf, &hint, have_hint, &out[got]);
+		r = alloc_one(pool, buf, &hint, have_hint, &out[got], flags);
 		if (r < 0)
 			break;
 		prep[got] = (uint8_t)r;
@@ -735,6 +740,8 @@ SB_API struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts,
 	pool->numa_node = opts->numa_node;
 	pool->can_wp = f->wp_shmem;
 	pool->can_poison = f->poison;
+	pool->can_recycle = sbi_env_recycle() &&
+			    (f->uffd_features & UFFD_FEATURE_MINOR_SHMEM);
 	pool->fork_gen = atomic_load(&sbi_fork_gen);
 	/* Page ids plus one must fit in 32 bits. */
 	pool->heap_cap = (uint32_t)(0xfffffffeu / pool->pages_per_heap);
@@ -780,7 +787,8 @@ SB_API struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts,
 		goto out;
 	}
 	pool->uffd = r = sbi_uffd_open(UFFD_FEATURE_WP_HUGETLBFS_SHMEM |
-				       UFFD_FEATURE_POISON);
+				       UFFD_FEATURE_POISON |
+				       UFFD_FEATURE_MINOR_SHMEM);
 	if (r < 0)
 		goto out;
 	pool->uffd_sigbus = r = sbi_uffd_open(UFFD_FEATURE_SIGBUS |

@@ -135,3 +135,16 @@ int sbi_pool_verify(struct sb_pool *pool, char *why, size_t len)
 	pthread_rwlock_unlock(&pool->layout);
 	return r;
 }
+
+/* For tests: pages held in state EVICTED (reserved for the buffer pages
+ * that still map them; 0 when eviction recycles). */
+size_t sbi_test_evicted_pages(struct sb_pool *pool);
+size_t sbi_test_evicted_pages(struct sb_pool *pool)
+{
+	size_t n;
+
+	pthread_mutex_lock(&pool->lock);
+	n = pool->evicted;
+	pthread_mutex_unlock(&pool->lock);
+	return n;
+}

@@ -444,10 +444,12 @@ static inline void disk_rm_rf(const char *dir)
 }
 
 /* Run child `name` twice, each in a fresh directory $SBT_DIR under /tmp:
- * with the default pager (io_uring) and with SPARSEBUF_PAGER=sync (the
- * pread/pwrite fallback). cleanup(dir), if given, runs before the
- * directory is removed. Fails the test if a run fails or hangs; returns
- * the number of runs that skipped (exit 77, having said why). */
+ * with the defaults (io_uring; eviction recycles pages where the kernel
+ * has minor faults on shmem), and with SPARSEBUF_PAGER=sync (the
+ * pread/pwrite fallback) and SPARSEBUF_RECYCLE=0 (evicted pages punched
+ * and kept reserved): both ways of each. cleanup(dir), if given, runs
+ * before the directory is removed. Fails the test if a run fails or hangs;
+ * returns the number of runs that skipped (exit 77, having said why). */
 static inline int run_pagers(const char *name, double timeout_s,
 			     void (*cleanup)(const char *dir))
 {
@@ -455,11 +457,12 @@ static inline int run_pagers(const char *name, double timeout_s,
 	int skipped = 0, failed = 0;
 
 	unsetenv("SPARSEBUF_PAGER");	/* the children get theirs */
+	unsetenv("SPARSEBUF_RECYCLE");
 	unsetenv("SBT_DIR");
 	for (int i = 0; i < 2; i++) {
 		char dir[] = "/tmp/sbtest-XXXXXX";
 		char dirvar[64], pagervar[64];
-		char *env[3] = {dirvar, NULL, NULL};
+		char *env[4] = {dirvar, NULL, NULL, NULL};
 		const char *pname = pagers[i] ? pagers[i] : "default";
 		int st, code;
 
@@ -470,8 +473,10 @@ static inline int run_pagers(const char *name, double timeout_s,
 			snprintf(pagervar, sizeof(pagervar),
 				 "SPARSEBUF_PAGER=%s", pagers[i]);
 			env[1] = pagervar;
+			env[2] = "SPARSEBUF_RECYCLE=0";
 		}
-		printf("-- %s, pager %s\n", name, pname);
+		printf("-- %s, pager %s%s\n", name, pname,
+		       pagers[i] ? ", no recycling" : "");
 		st = run_child_env(name, env, timeout_s, NULL, 0);
 		if (cleanup)
 			cleanup(dir);

@@ -115,6 +115,14 @@ int main(void)
 		       f.poison ? "UFFDIO_POISON"
 				: "re-registration with a SIGBUS userfaultfd "
 				  "(no UFFDIO_POISON before 6.6)");
+		printf("  evicted pages:  %s\n",
+		       !(f.uffd_features & (1ull << 10))	/* MINOR_SHMEM */
+			       ? "punched (no minor faults on shmem before 5.14)"
+		       : getenv("SPARSEBUF_RECYCLE") &&
+				       !strcmp(getenv("SPARSEBUF_RECYCLE"), "0")
+			       ? "punched (SPARSEBUF_RECYCLE=0)"
+			       : "recycled for the next page-in (minor faults "
+				 "on shmem)");
 	}
 	if (f.io_uring == 1)
 		printf("io_uring:         available\n");
