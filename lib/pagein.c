@@ -18,7 +18,7 @@
  *
  * Sequential touches read ahead: a fault right after the previous page
  * (or on a page still in flight, which means the reader is ahead of the
- * disk) starts reads for a window that doubles up to 16 MiB, so a
+ * disk) starts reads for a window that doubles up to 32 MiB, so a
  * streaming reader keeps the queue deep while it waits.
  */
 #include "internal.h"
