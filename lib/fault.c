@@ -37,9 +37,9 @@
 
 /*
  * A minor fault on a placed page: its mapping is one that eviction
- * registered (the write-out failed, or the page came back in place) and
- * the kernel dropped its page-table entries (swap, MADV_PAGEOUT). The data
- * is in the heap: map it again. Waking alone would fault forever.
+ * registered before its write-out failed, and the kernel has since dropped
+ * its page-table entries (swap, MADV_PAGEOUT, MADV_DONTNEED). The data is
+ * in the heap: map it again. Waking alone would fault forever.
  */
 static void service_minor_placed(struct sb_pool *pool, struct sb_buf *buf,
 				 size_t idx)
