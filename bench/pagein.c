@@ -437,32 +437,53 @@ struct run {
 	struct tally t;
 };
 
+/* A timed sparsebuf run over the file: a cold cache, a new pool, the
+ * counters and clocks started, the file opened as a buffer (timed too). */
+struct sb_run {
+	struct sb_pool *pool;
+	struct sb_buf *buf;
+	struct sb_stats s0;
+	struct thr ta;
+	double t0, c0;
+};
+
+static char *sb_run_begin(struct sb_run *k, size_t page, size_t budget,
+			  struct run *r)
+{
+	k->pool = new_pool(page, budget);
+	memset(r, 0, sizeof(*r));
+	cold();
+	sb_pool_stats(k->pool, &k->s0);
+	threads_now(&k->ta);
+	k->c0 = cpu_s();
+	k->t0 = bench_now_us();
+	k->buf = open_buf(k->pool);
+	return sb_buf_addr(k->buf);
+}
+
+/* Stop the clocks after bytes were read; counters into r; tear down. */
+static void sb_run_end(struct sb_run *k, size_t bytes, struct run *r)
+{
+	struct sb_stats s1;
+	struct thr tb;
+
+	r->bps = (double)bytes / (bench_now_us() - k->t0) * 1e6;
+	r->cpu = cpu_s() - k->c0;
+	threads_now(&tb);
+	threads_print(&k->ta, &tb, (double)bytes / r->bps * 1e3);
+	sb_pool_stats(k->pool, &s1);
+	delta(&r->st, &k->s0, &s1);
+	sb_buf_destroy(k->buf);
+	sb_pool_destroy(k->pool);
+}
+
 /* One cold sequential read through a file-backed buffer. */
 static void seq_sb(size_t page, size_t budget, struct run *r)
 {
-	struct sb_pool *pool = new_pool(page, budget);
-	struct sb_stats s0, s1;
-	struct sb_buf *buf;
-	double t0, c0;
+	struct sb_run run;
 
-	struct thr ta, tb;
-
-	memset(r, 0, sizeof(*r));
-	cold();
-	sb_pool_stats(pool, &s0);
-	threads_now(&ta);
-	c0 = cpu_s();
-	t0 = bench_now_us();
-	buf = open_buf(pool);
-	consume(sb_buf_addr(buf), fsize, 0, &r->t);
-	r->bps = (double)fsize / (bench_now_us() - t0) * 1e6;
-	r->cpu = cpu_s() - c0;
-	threads_now(&tb);
-	threads_print(&ta, &tb, (double)fsize / r->bps * 1e3);
-	sb_pool_stats(pool, &s1);
-	delta(&r->st, &s0, &s1);
-	sb_buf_destroy(buf);
-	sb_pool_destroy(pool);
+	consume(sb_run_begin(&run, page, budget, r), fsize, 0, &r->t);
+	sb_run_end(&run, fsize, r);
 }
 
 /* The mmap baselines' start: a cold cache, the clocks, the file mapped. */
@@ -555,22 +576,10 @@ static long rand_prefetch(struct sb_buf *buf, const size_t *blk, size_t n,
 static void rand_sb(const size_t *blk, size_t n, int mode, size_t budget,
 		    struct run *r)
 {
-	struct sb_pool *pool = new_pool(RAND_BS, budget);
-	struct sb_stats s0, s1;
-	struct sb_buf *buf;
-	double t0, c0;
-	char *base;
+	struct sb_run run;
+	char *base = sb_run_begin(&run, RAND_BS, budget, r);
+	struct sb_buf *buf = run.buf;
 
-	struct thr ta, tb;
-
-	memset(r, 0, sizeof(*r));
-	cold();
-	sb_pool_stats(pool, &s0);
-	threads_now(&ta);
-	c0 = cpu_s();
-	t0 = bench_now_us();
-	buf = open_buf(pool);
-	base = sb_buf_addr(buf);
 	if (mode == RS_PIPE)
 		rand_prefetch(buf, blk, n, 0, 0);
 	for (size_t i = 0; i < n; i += RAND_BATCH) {
@@ -584,14 +593,7 @@ static void rand_sb(const size_t *blk, size_t n, int mode, size_t budget,
 			consume(base + blk[i + j] * RAND_BS, RAND_BS,
 				blk[i + j] * RAND_BS, &r->t);
 	}
-	r->bps = (double)(n * RAND_BS) / (bench_now_us() - t0) * 1e6;
-	r->cpu = cpu_s() - c0;
-	threads_now(&tb);
-	threads_print(&ta, &tb, (double)(n * RAND_BS) / r->bps * 1e3);
-	sb_pool_stats(pool, &s1);
-	delta(&r->st, &s0, &s1);
-	sb_buf_destroy(buf);
-	sb_pool_destroy(pool);
+	sb_run_end(&run, n * RAND_BS, r);
 }
 
 static void rand_mmap(const size_t *blk, size_t n, bool willneed,

@@ -437,15 +437,15 @@ out_unlocked:
 
 SB_API long sb_buf_map(struct sb_buf *buf, size_t off, size_t len)
 {
+	struct sbi_span sp;
 	long r;
 
 	if ((r = sbi_check_buf(buf)) < 0)
 		return r;
 	if ((r = sbi_check_range(buf, off, len)) < 0 || !len)
 		return r;
-	return sbi_buf_place(buf, off >> buf->pool->page_shift,
-			     ((off + len - 1) >> buf->pool->page_shift) + 1,
-			     true);
+	sp = sbi_span_touched(buf->pool, off, len);
+	return sbi_buf_place(buf, sp.first, sp.end, true);
 }
 
 /* ---- unmap ---------------------------------------------------------------- */
@@ -459,7 +459,8 @@ static bool occupied(uint64_t pte)
 SB_API long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len)
 {
 	struct sb_pool *pool;
-	size_t first, end, released = 0;
+	struct sbi_span sp;
+	size_t released = 0;
 	sbi_pid batch[256];
 	long r;
 
@@ -469,23 +470,22 @@ SB_API long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len)
 		return r;
 	pool = buf->pool;
 	/* Only pages lying wholly inside the range. */
-	first = (off >> pool->page_shift) + !!(off & (pool->page_size - 1));
-	end = (off + len) >> pool->page_shift;
-	if (first >= end)
+	sp = sbi_span_inside(pool, off, len);
+	if (sp.first >= sp.end)
 		return 0;
 	/* An earlier prefetch must not place pages after this release. */
-	sbi_prefetch_cancel(buf, first, end);
+	sbi_prefetch_cancel(buf, sp.first, sp.end);
 
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);
-	for (size_t i = first; i < end && r >= 0;) {
+	for (size_t i = sp.first; i < sp.end && r >= 0;) {
 		size_t j = i;
 
 		if (!occupied(buf->pte[i])) {
 			i++;
 			continue;
 		}
-		while (j < end && j - i < 256 && occupied(buf->pte[j]))
+		while (j < sp.end && j - i < 256 && occupied(buf->pte[j]))
 			j++;
 		r = sbi_vma_unplace(buf, i, j - i);
 		if (r < 0)
@@ -515,17 +515,17 @@ SB_API long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len)
 SB_API long sb_buf_placed(const struct sb_buf *cbuf, size_t off, size_t len)
 {
 	struct sb_buf *buf = (struct sb_buf *)cbuf;	/* for its lock */
-	size_t first, end, n = 0;
+	struct sbi_span sp;
+	size_t n = 0;
 	long r;
 
 	if ((r = sbi_check_buf(buf)) < 0)
 		return r;
 	if ((r = sbi_check_range(buf, off, len)) < 0 || !len)
 		return r;
-	first = off >> buf->pool->page_shift;
-	end = ((off + len - 1) >> buf->pool->page_shift) + 1;
+	sp = sbi_span_touched(buf->pool, off, len);
 	pthread_mutex_lock(&buf->lock);
-	for (size_t i = first; i < end; i++)
+	for (size_t i = sp.first; i < sp.end; i++)
 		n += pte_pid(buf->pte[i]) != 0;
 	pthread_mutex_unlock(&buf->lock);
 	return (long)n;

@@ -74,6 +74,16 @@ void sbi_rmap_note(struct sb_buf *buf, size_t idx, sbi_pid pid)
 
 /* ---- writing pages out ----------------------------------------------------- */
 
+/* The end of the run of consecutive pages that starts at idx[k]. */
+static size_t run_end(const size_t *idx, size_t n, size_t k)
+{
+	size_t j = k + 1;
+
+	while (j < n && idx[j] == idx[j - 1] + 1)
+		j++;
+	return j;
+}
+
 /* Step 1 for pages idx[0..n) (ascending, placed, private), in runs. */
 static int freeze(struct sb_buf *buf, const size_t *idx, size_t n)
 {
@@ -81,14 +91,11 @@ static int freeze(struct sb_buf *buf, const size_t *idx, size_t n)
 	bool ro = buf->flags & SBI_BUF_RO;
 
 	for (size_t k = 0; k < n;) {
-		size_t j = k + 1;
+		size_t j = run_end(idx, n, k);
 		char *addr = buf->base + (idx[k] << pool->page_shift);
-		size_t len;
+		size_t len = (j - k) << pool->page_shift;
 		int r;
 
-		while (j < n && idx[j] == idx[j - 1] + 1)
-			j++;
-		len = (j - k) << pool->page_shift;
 		r = sbi_uffd_register(pool->uffd, addr, len,
 				      UFFDIO_REGISTER_MODE_MISSING |
 					      (pool->can_recycle
@@ -132,9 +139,11 @@ static void release(struct sb_buf *buf, const size_t *idx, size_t n,
 		 * in the memfd but not mapped, a minor fault, and waits for
 		 * the buffer's lock. Then the page is free, its contents
 		 * left as they are: the next page-in overwrites them. */
-		for (size_t k = 0; k < n; k++)
+		for (size_t k = 0, j; k < n; k = j) {
+			j = run_end(idx, n, k);
 			madvise(buf->base + (idx[k] << pool->page_shift),
-				pool->page_size, MADV_DONTNEED);
+				(j - k) << pool->page_shift, MADV_DONTNEED);
+		}
 		for (size_t k = 0; k < n; k++)
 			pids[k]++;	/* page-table form */
 		sbi_pool_put(pool, pids, n);
@@ -466,7 +475,7 @@ int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 SB_API long sb_buf_evict(struct sb_buf *buf, size_t off, size_t len)
 {
 	struct sb_pool *pool;
-	size_t first, end;
+	struct sbi_span sp;
 	long r;
 
 	if ((r = sbi_check_buf(buf)) < 0 ||
@@ -476,14 +485,13 @@ SB_API long sb_buf_evict(struct sb_buf *buf, size_t off, size_t len)
 	if (!pool->can_wp && !(buf->flags & SBI_BUF_RO))
 		return -EOPNOTSUPP;	/* no write-protect on shmem */
 	/* Only pages lying wholly inside the range, as sb_buf_unmap. */
-	first = (off >> pool->page_shift) + !!(off & (pool->page_size - 1));
-	end = (off + len) >> pool->page_shift;
-	if (first >= end)
+	sp = sbi_span_inside(pool, off, len);
+	if (sp.first >= sp.end)
 		return 0;
-	sbi_prefetch_cancel(buf, first, end);
+	sbi_prefetch_cancel(buf, sp.first, sp.end);
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);
-	r = sbi_evict_locked(buf, first, end);
+	r = sbi_evict_locked(buf, sp.first, sp.end);
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
 	return r;
@@ -493,7 +501,7 @@ SB_API long sb_buf_advise(struct sb_buf *buf, size_t off, size_t len,
 			  enum sb_advice advice)
 {
 	struct sb_pool *pool;
-	size_t first, end;
+	struct sbi_span sp;
 	long n = 0, r;
 	uint8_t bit;
 
@@ -503,8 +511,7 @@ SB_API long sb_buf_advise(struct sb_buf *buf, size_t off, size_t len,
 	pool = buf->pool;
 	if (!len)
 		return 0;
-	first = off >> pool->page_shift;
-	end = ((off + len - 1) >> pool->page_shift) + 1;
+	sp = sbi_span_touched(pool, off, len);
 	switch (advice) {
 	case SB_ADVICE_DONTNEED:
 		return sb_buf_evict(buf, off, len);
@@ -523,7 +530,7 @@ SB_API long sb_buf_advise(struct sb_buf *buf, size_t off, size_t len,
 		return -EINVAL;
 	}
 	pthread_mutex_lock(&buf->lock);
-	for (size_t i = first; i < end; i++) {
+	for (size_t i = sp.first; i < sp.end; i++) {
 		sbi_pid p = sbi_pte_pid(buf->pte[i]);
 
 		if (!p)

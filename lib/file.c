@@ -249,7 +249,8 @@ SB_API int sb_buf_save(struct sb_buf *buf, size_t off, size_t len,
 	struct sbi_disk *d;
 	struct saver sv = {0};
 	struct save_header h = {0};
-	size_t first, end, ps, nblocks, bitmap_bytes, crc_bytes;
+	struct sbi_span pg;
+	size_t npages, ps, nblocks, bitmap_bytes, crc_bytes;
 	char *head = NULL;
 	int fd = -1, r = 0;
 
@@ -264,18 +265,18 @@ SB_API int sb_buf_save(struct sb_buf *buf, size_t off, size_t len,
 		return -EINVAL;
 	if (!len)
 		return -EINVAL;
-	first = off >> pool->page_shift;
-	end = ((off + len - 1) >> pool->page_shift) + 1;
+	pg = sbi_span_touched(pool, off, len);
+	npages = pg.end - pg.first;
 	d = sbi_disk_get(pool, &r);
 	if (!d)
 		return r;
-	nblocks = (end - first) * (ps / BLOCK);
+	nblocks = npages * (ps / BLOCK);
 	bitmap_bytes = round_block((nblocks + 63) / 64 * 8);
 	crc_bytes = round_block(nblocks * sizeof(uint32_t));
 	sv.buf = buf;
 	sv.fd = -1;
 	sv.io = d->io;
-	sv.first = first;
+	sv.first = pg.first;
 	sv.data_off = BLOCK + bitmap_bytes + crc_bytes;
 	if (posix_memalign((void **)&sv.present, BLOCK, bitmap_bytes) ||
 	    posix_memalign((void **)&sv.crc, BLOCK, crc_bytes) ||
@@ -300,7 +301,7 @@ SB_API int sb_buf_save(struct sb_buf *buf, size_t off, size_t len,
 		goto out;
 	}
 	/* The full length now: trailing holes read as holes. */
-	if (ftruncate(fd, (off_t)(sv.data_off + (end - first) * ps)) < 0) {
+	if (ftruncate(fd, (off_t)(sv.data_off + npages * ps)) < 0) {
 		r = -errno;
 		goto out;
 	}
@@ -309,14 +310,14 @@ SB_API int sb_buf_save(struct sb_buf *buf, size_t off, size_t len,
 	for (;;) {
 		pthread_rwlock_rdlock(&pool->layout);
 		pthread_mutex_lock(&buf->lock);
-		if (!range_inflight(buf, first, end))
+		if (!range_inflight(buf, pg.first, pg.end))
 			break;
 		pthread_mutex_unlock(&buf->lock);
 		pthread_rwlock_unlock(&pool->layout);
 		sbi_disk_wait_gen(d, sbi_disk_gen(d), 10);
 	}
-	for (size_t i = first; i < end && r == 0; i += BATCH)
-		r = save_batch(&sv, i, i + BATCH < end ? i + BATCH : end);
+	for (size_t i = pg.first; i < pg.end && r == 0; i += BATCH)
+		r = save_batch(&sv, i, i + BATCH < pg.end ? i + BATCH : pg.end);
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
 	if (r < 0)
@@ -331,7 +332,7 @@ SB_API int sb_buf_save(struct sb_buf *buf, size_t off, size_t len,
 	memcpy(h.magic, SAVE_MAGIC, sizeof(h.magic));
 	h.version = SAVE_VERSION;
 	h.block = BLOCK;
-	h.length = (uint64_t)(end - first) * ps;
+	h.length = (uint64_t)npages * ps;
 	h.nblocks = nblocks;
 	h.present_off = BLOCK;
 	h.crc_off = BLOCK + bitmap_bytes;

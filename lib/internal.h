@@ -419,6 +419,29 @@ struct sb_buf {
 	_Atomic bool disk_used;	/* pages of it went to disk once */
 };
 
+/* Pages [first, end) of a buffer. */
+struct sbi_span {
+	size_t first, end;	/* page indices */
+};
+
+/* The pages that bytes [off, off + len) touch; len > 0. */
+static inline struct sbi_span sbi_span_touched(const struct sb_pool *pool,
+					       size_t off, size_t len)
+{
+	return (struct sbi_span){off >> pool->page_shift,
+				 ((off + len - 1) >> pool->page_shift) + 1};
+}
+
+/* The pages lying wholly inside bytes [off, off + len) (what unmap and
+ * evict release); first >= end when there are none. */
+static inline struct sbi_span sbi_span_inside(const struct sb_pool *pool,
+					      size_t off, size_t len)
+{
+	return (struct sbi_span){
+		(off >> pool->page_shift) + !!(off & (pool->page_size - 1)),
+		(off + len) >> pool->page_shift};
+}
+
 /* Place a page under every unplaced page of [first, end) (page indices):
  * sb_buf_map after argument checks. Data on disk is read back (and waited
  * for when wait). Takes the layout and buffer locks. */
@@ -587,9 +610,6 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx);
  * or -EIO (wait: a read failed), -ENOMEM. */
 long sbi_pagein_range(struct sb_buf *buf, size_t first, size_t end,
 		      bool wait);
-struct sbi_span {
-	size_t first, end;	/* page indices */
-};
 long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 		      size_t nsp, bool wait);
 /* Wait until no page-in holds buf (sb_buf_destroy). */

@@ -140,10 +140,8 @@ SB_API long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
 			return -ENOMEM;
 		for (size_t i = 0; i < n; i++)
 			if (ranges[i].len)
-				sp[nsp++] = (struct sbi_span){
-					ranges[i].off >> pool->page_shift,
-					((ranges[i].off + ranges[i].len - 1) >>
-					 pool->page_shift) + 1};
+				sp[nsp++] = sbi_span_touched(
+					pool, ranges[i].off, ranges[i].len);
 		r = sbi_pagein_spans(buf, sp, nsp,
 				     flags & SB_PREFETCH_WAIT);
 		free(sp);
@@ -152,18 +150,17 @@ SB_API long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
 		queued += r;
 	}
 	for (size_t i = 0; i < n; i++) {
-		size_t first, end;
+		struct sbi_span sp;
 		long placed;
 
 		if (!ranges[i].len)
 			continue;
-		first = ranges[i].off >> pool->page_shift;
-		end = ((ranges[i].off + ranges[i].len - 1) >> pool->page_shift) + 1;
-		placed = count_placed(buf, first, end);
-		if ((size_t)placed == end - first)
+		sp = sbi_span_touched(pool, ranges[i].off, ranges[i].len);
+		placed = count_placed(buf, sp.first, sp.end);
+		if ((size_t)placed == sp.end - sp.first)
 			continue;
 		if (flags & SB_PREFETCH_WAIT) {
-			long r = sbi_buf_place(buf, first, end, true);
+			long r = sbi_buf_place(buf, sp.first, sp.end, true);
 
 			if (r < 0)
 				return r;
@@ -173,9 +170,9 @@ SB_API long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
 		pthread_mutex_lock(&pool->pf_lock);
 		if ((pool->pf_tail + 1) % pool->pf_cap != pool->pf_head) {
 			pool->pf[pool->pf_tail] =
-				(struct sbi_prefetch){buf, first, end};
+				(struct sbi_prefetch){buf, sp.first, sp.end};
 			pool->pf_tail = (pool->pf_tail + 1) % pool->pf_cap;
-			queued += (long)(end - first) - placed;
+			queued += (long)(sp.end - sp.first) - placed;
 		}
 		pthread_mutex_unlock(&pool->pf_lock);
 		/* A racy read is fine here: a missed flag costs at most one

@@ -14,8 +14,10 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -499,6 +501,63 @@ static inline int run_pagers(const char *name, double timeout_s,
 	if (failed)
 		FAIL("%s: %d of 2 runs failed", name, failed);
 	return skipped;
+}
+
+/* The main_test of a disk test: child "body" under both pagers (and both
+ * eviction paths), killed as hung after timeout_s. */
+static inline int run_disk_body(double timeout_s)
+{
+	require_uffd();
+	if (run_pagers("body", timeout_s, NULL))
+		SKIP("a run skipped (see above)");
+	return 0;
+}
+
+/* ---- the budget watcher: bytes_resident sampled all along ---------------- */
+
+struct budget_watch {
+	struct sb_pool *p;
+	pthread_t thread;
+	atomic_int stop;
+	size_t max_seen;	/* the most bytes_resident seen */
+	long samples;
+};
+
+static inline void *budget_watcher(void *arg)
+{
+	struct budget_watch *w = arg;
+
+	while (!atomic_load(&w->stop)) {
+		struct sb_stats st;
+
+		if (sb_pool_stats(w->p, &st) == 0) {
+			if (st.bytes_resident > w->max_seen)
+				w->max_seen = st.bytes_resident;
+			w->samples++;
+		}
+		usleep(200);
+	}
+	return NULL;
+}
+
+static inline void budget_watch_start(struct budget_watch *w,
+				      struct sb_pool *p)
+{
+	memset(w, 0, sizeof(*w));
+	w->p = p;
+	if (pthread_create(&w->thread, NULL, budget_watcher, w) != 0)
+		FAIL("pthread_create: the budget watcher");
+}
+
+/* Stop sampling; fails the test if bytes_resident ever went past max. */
+static inline void budget_watch_stop(struct budget_watch *w, size_t max)
+{
+	atomic_store(&w->stop, 1);
+	pthread_join(w->thread, NULL);
+	CHECK(w->samples > 0);
+	if (w->max_seen > max)
+		FAIL("bytes_resident reached %zu KiB, over the budget of %zu KiB",
+		     w->max_seen / KiB, max / KiB);
 }
 
 #endif /* SPARSEBUF_TEST_HARNESS_H */

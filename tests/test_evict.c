@@ -589,8 +589,5 @@ static int child(const char *name)
 
 static int main_test(void)
 {
-	require_uffd();
-	if (run_pagers("body", 120, NULL))
-		SKIP("a run skipped (see above)");
-	return 0;
+	return run_disk_body(120);
 }

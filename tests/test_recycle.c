@@ -5,7 +5,7 @@
  * (with SPARSEBUF_RECYCLE=0, the other run, every evicted page is); every
  * byte comes back, through reads and writes of evicted pages, under a
  * budget a quarter of the working set; bytes_resident stays within the
- * budget; a write to a recycled page lands (its write-protect marker gives
+ * budget (sampled all along); a write to a recycled page lands (its write-protect marker gives
  * way to the page-in); a page whose memory was reused elsewhere and then
  * touched reads its own data, not the other page's. */
 #include "harness.h"
@@ -49,10 +49,12 @@ static int body(void)
 	struct sb_buf *b = make_buf(p, NPAGES * PAGE, SB_BUF_EVICTABLE);
 	char *x = sb_buf_addr(b);
 	bool rec = recycling();
+	struct budget_watch w;
 	struct sb_stats s;
 	unsigned tag[NPAGES];
 
 	printf("recycling: %s\n", rec ? "on" : "off");
+	budget_watch_start(&w, p);
 	/* Four budgets' worth of writes: the clock evicts as it goes. */
 	for (size_t i = 0; i < NPAGES; i++) {
 		tag[i] = 1;
@@ -98,6 +100,7 @@ static int body(void)
 	}
 	if (rec)
 		CHECK_EQ(sbi_test_evicted_pages(p), 0);
+	budget_watch_stop(&w, BUDGET);
 	CHECK(stats(p).bytes_resident <= BUDGET);
 	CHECK_EQ(stats(p).io_errors, 0);
 	VERIFY(p);
@@ -119,8 +122,5 @@ static int child(const char *name)
 
 static int main_test(void)
 {
-	require_uffd();
-	if (run_pagers("body", 120, NULL))
-		SKIP("a run skipped (see above)");
-	return 0;
+	return run_disk_body(120);
 }
