@@ -54,7 +54,8 @@
  *   --verbose  CPU time of every thread of each sparsebuf run
  *   --run sb|mmap [--wait FIFO]  one cold sequential read, key=value
  *            counters on stdout (bench/pagein-perf.sh runs this under perf)
- *   --run rand  one cold random run (the pipelined target row), key=value
+ *   --run rand|rand-budget  one cold random run (the pipelined target row,
+ *            or the same with the budget row's pool budget), key=value
  */
 #include "bench.h"
 
@@ -547,6 +548,15 @@ static size_t *perm(size_t total, size_t n, uint64_t seed)
 	return all;
 }
 
+/* The random test's pool budget: a quarter of the blocks, at least 8 MiB.
+ * Like fio's 32 buffers, a bounded pool recycles its pages (clean file
+ * pages are dropped, nothing written): the steady state of a reader that
+ * streams more than it keeps. */
+static size_t rand_budget(size_t n)
+{
+	return n * RAND_BS / 4 > 8 * MIB ? n * RAND_BS / 4 : 8 * MIB;
+}
+
 /* How rand_sb fetches: not at all (the faults read), one batch at a time
  * with SB_PREFETCH_WAIT, or pipelined (batch i+1 queued without waiting
  * before batch i is touched; a touch of a page still being read waits for
@@ -913,10 +923,7 @@ static void part_rand(struct rand_res *R)
 	if (n > total)
 		n = total;
 	R->n = n;
-	/* Like fio's 32 buffers, a bounded pool recycles its pages (clean
-	 * file pages are dropped, nothing written): the steady state of a
-	 * reader that streams more than it keeps. A quarter of the blocks. */
-	R->budget = n * RAND_BS / 4 > 8 * MIB ? n * RAND_BS / 4 : 8 * MIB;
+	R->budget = rand_budget(n);
 	blk = perm(total, n, 42);
 	printf("\nrandom: %zu blocks of 64 KiB (%zu MiB) of %zu, sparsebuf "
 	       "prefetch %d at a time (64 KiB pages; WAIT each batch, or pipelined: the\n"
@@ -1039,14 +1046,16 @@ static int run_one(const char *what, const char *fifo)
 	double t0, secs;
 	char *p;
 
-	if (!strcmp(what, "rand")) {
-		/* The random test's target row alone: pipelined prefetch. */
+	if (!strcmp(what, "rand") || !strcmp(what, "rand-budget")) {
+		/* The random test's target row alone (pipelined prefetch),
+		 * or its budget row (a quarter of the blocks). */
 		size_t total = fsize / RAND_BS;
 		size_t n = rand_blocks ? rand_blocks : total / 4;
 		size_t *blk = perm(total, n, 42);
+		size_t budget = strcmp(what, "rand") ? rand_budget(n) : 0;
 		struct run r;
 
-		rand_sb(blk, n, RS_PIPE, 0, &r);
+		rand_sb(blk, n, RS_PIPE, budget, &r);
 		printf("what=rand\nbytes=%zu\nMBps=%.0f\ncpu=%.2f\nbad=%zu\n"
 		       "pages_in=%" PRIu64 "\nsync_prepares=%" PRIu64 "\n",
 		       n * RAND_BS, r.bps / 1e6, r.cpu, r.t.bad, r.st.pages_in,
@@ -1122,7 +1131,7 @@ static void usage(void)
 		"              [--touch word|sum] [--no-drop-caches] [--sweep] "
 		"[--only seq,rand,evict]\n"
 		"              [--rand-blocks N] [--evict-size S] [--verbose]\n"
-		"       pagein --run sb|mmap|rand [--wait FIFO] [--dir D] [--size S] "
+		"       pagein --run sb|mmap|rand|rand-budget [--wait FIFO] [--dir D] [--size S] "
 		"[--page-size P]\n");
 	exit(2);
 }
