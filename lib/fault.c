@@ -123,6 +123,14 @@ static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
 		sbi_vma_wake(buf, idx);
 		return;
 	}
+	if (*pte & SBI_PTE_WPFAIL) {
+		/* A second message from a thread whose wait a signal (or
+		 * task work) ended: its retry raises SIGBUS. Never lift the
+		 * protection: the kernel lets this uffd lift the SIGBUS
+		 * uffd's, and the write would land in a private copy. */
+		sbi_vma_wake(buf, idx);
+		return;
+	}
 	if (!(*pte & SBI_PTE_SHARED)) {
 		/* Not shared (any more): an eviction that failed, or a
 		 * stale message. Lifting the protection wakes the thread. */

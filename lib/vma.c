@@ -269,10 +269,32 @@ int sbi_vma_poison(struct sb_buf *buf, size_t idx)
 
 int sbi_vma_wpfail(struct sb_buf *buf, size_t idx, sbi_pid pid)
 {
-	/* The same page mapped afresh, write-protected through the SIGBUS
-	 * uffd: reads still work, writes raise SIGBUS. */
-	int r = sbi_vma_place_shared(buf, idx, 1, pid, buf->pool->uffd_sigbus);
+	struct sb_pool *pool = buf->pool;
+	char *addr = page_addr(buf, idx);
+	size_t len = pages_len(buf, 1);
+	int r;
 
+	/*
+	 * The same page mapped afresh, write-protected through the SIGBUS
+	 * uffd: reads still work, writes raise SIGBUS. The faulting thread
+	 * can run before the wake-up below: a signal ends its wait, and it
+	 * retries the write at once. A writable mapping not yet protected
+	 * would give it a private copy, dropped a moment later: a write that
+	 * seemed to succeed. So the mapping stays read-only until the
+	 * protection is in place (a write in those three system calls gets
+	 * SIGSEGV instead of SIGBUS), and write-protected entries stay so
+	 * when PROT_WRITE comes.
+	 */
+	if (fixed_map(addr, len, PROT_READ, MAP_PRIVATE,
+		      sbi_pid_heap(pool, pid)->fd,
+		      (off_t)((size_t)sbi_pid_index(pool, pid)
+			      << pool->page_shift)) == MAP_FAILED)
+		r = map_error(errno);
+	else if ((r = sbi_vma_protect(buf, idx, 1, pool->uffd_sigbus)) == 0 &&
+		 mprotect(addr, len, PROT_READ | PROT_WRITE) < 0)
+		r = -errno;
+	if (r == 0)	/* reads then take no fault */
+		madvise(addr, len, MADV_POPULATE_READ);
 	sbi_vma_wake(buf, idx);
 	return r;
 }

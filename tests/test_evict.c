@@ -4,8 +4,9 @@
  * sb_buf_unmap of an evicted page discards it; strict buffers; a shared
  * page evicted from one holder; SB_ADVICE_DONTNEED / SB_ADVICE_WILLNEED;
  * many threads paging in at once (several buffers, the same page); unmap
- * and evict racing page-ins. Every case runs twice: with the default pager
- * (io_uring) and with SPARSEBUF_PAGER=sync (pread/pwrite). */
+ * and evict racing page-ins; writers interrupted by signals while their
+ * pages are evicted lose no write. Every case runs twice: with the default
+ * pager (io_uring) and with SPARSEBUF_PAGER=sync (pread/pwrite). */
 #include "harness.h"
 
 #include <dirent.h>
@@ -555,6 +556,95 @@ static void races(void)
 	sb_pool_destroy(p);
 }
 
+/* ---- writers interrupted by signals while pages are evicted ------------ */
+
+/*
+ * A signal (or io_uring task work) ends a thread's wait on a fault, and the
+ * thread retries its access at once, while the handler may be halfway
+ * through changing the page's mapping. Each writer keeps a count in its
+ * pages and checks, before each write, that the last one is still there:
+ * a write that seemed to succeed but was dropped shows as an old count.
+ */
+struct sig_writer {
+	struct sb_buf *b;
+	atomic_int *stop;
+	size_t first, n;
+	long rounds, lost;
+};
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+}
+
+static void *sig_write(void *arg)
+{
+	struct sig_writer *w = arg;
+	char *x = sb_buf_addr(w->b);
+
+	for (uint64_t v = 1; !atomic_load(w->stop); v++) {
+		for (size_t i = w->first; i < w->first + w->n; i++) {
+			volatile uint64_t *c =
+				(volatile uint64_t *)(x + i * PAGE +
+						      (v % 16) * 64);
+			volatile uint64_t *last =
+				(volatile uint64_t *)(x + i * PAGE +
+						      ((v - 1) % 16) * 64);
+
+			if (*last != v - 1)
+				w->lost++;
+			*c = v;
+		}
+		w->rounds++;
+	}
+	return NULL;
+}
+
+static void signalled_writers(void)
+{
+	enum { NW = 2, NPW = 8 };
+	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
+	struct sb_buf *b = make_buf(p, 16 * MiB, 0);
+	struct sigaction su = {.sa_handler = on_usr1};
+	struct sig_writer w[NW];
+	pthread_t th[NW];
+	atomic_int stop = 0;
+	long evicts = 0, rounds = 0, lost = 0;
+	double t0 = now_s();
+
+	sigaction(SIGUSR1, &su, NULL);
+	CHECK_EQ(sb_buf_map(b, 0, NW * NPW * PAGE), NW * NPW);
+	for (int i = 0; i < NW; i++) {
+		w[i] = (struct sig_writer){b, &stop, (size_t)i * NPW, NPW, 0,
+					   0};
+		pthread_create(&th[i], NULL, sig_write, &w[i]);
+	}
+	while (now_s() - t0 < 1.0) {
+		CHECK(sb_buf_evict(b, 0, NW * NPW * PAGE) >= 0);
+		evicts++;
+		for (int k = 0; k < 20; k++) {
+			for (int i = 0; i < NW; i++)
+				pthread_kill(th[i], SIGUSR1);
+			usleep(20);
+		}
+	}
+	atomic_store(&stop, 1);
+	for (int i = 0; i < NW; i++) {
+		pthread_join(th[i], NULL);
+		rounds += w[i].rounds;
+		lost += w[i].lost;
+	}
+	printf("signalled writers: %ld rounds, %ld evictions, %ld lost "
+	       "writes\n",
+	       rounds, evicts, lost);
+	CHECK(rounds > 0 && evicts > 0);
+	CHECK_EQ(lost, 0);
+	CHECK_EQ(stats(p).io_errors, 0);
+	VERIFY(p);
+	sb_buf_destroy(b);
+	sb_pool_destroy(p);
+}
+
 static int child(const char *name)
 {
 	if (!strcmp(name, "body")) {
@@ -564,6 +654,7 @@ static int child(const char *name)
 		advice();
 		threads();
 		races();
+		signalled_writers();
 		printf("evict: ok\n");
 		return 0;
 	}
