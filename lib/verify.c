@@ -148,3 +148,13 @@ size_t sbi_test_evicted_pages(struct sb_pool *pool)
 	pthread_mutex_unlock(&pool->lock);
 	return n;
 }
+
+/* For tests: answer a fault the budget refuses as a kernel without
+ * UFFDIO_POISON (before 6.6) would, through the SIGBUS uffd. */
+void sbi_test_no_poison(struct sb_pool *pool);
+void sbi_test_no_poison(struct sb_pool *pool)
+{
+	pthread_mutex_lock(&pool->lock);
+	pool->can_poison = false;
+	pthread_mutex_unlock(&pool->lock);
+}

@@ -124,15 +124,20 @@ int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 {
 	char *addr = page_addr(buf, idx);
 	size_t len = pages_len(buf, n);
+	/* A touch of a strict buffer's unplaced page raises SIGBUS, never
+	 * reads zeros: inaccessible (SIGSEGV) until registered. */
+	bool strict = uffd == buf->pool->uffd_sigbus;
 	int r;
 
-	if (anon_over(addr, len, buf_prot(buf)) < 0)
+	if (anon_over(addr, len, strict ? PROT_NONE : buf_prot(buf)) < 0)
 		return map_error(errno);
 	r = sbi_uffd_register(uffd, addr, len, UFFDIO_REGISTER_MODE_MISSING);
+	if (r == 0 && strict && mprotect(addr, len, buf_prot(buf)) < 0)
+		r = -errno;
 	if (r < 0) {
 		/* Unregistered anonymous memory would hand out silent zero
 		 * pages; make the range inaccessible instead. */
-		sbi_err("cannot register %zu bytes with userfaultfd: %s", len,
+		sbi_err("cannot hand %zu bytes to userfaultfd: %s", len,
 			strerror(-r));
 		mprotect(addr, len, PROT_NONE);
 		return r;
@@ -255,14 +260,18 @@ int sbi_vma_poison(struct sb_buf *buf, size_t idx)
 				break;
 		}
 	}
-	/* No POISON (before 6.6): hand the page to the SIGBUS uffd. */
-	if (anon_over(addr, len, buf_prot(buf)) < 0)
+	/*
+	 * No POISON (before 6.6): hand the page to the SIGBUS uffd. The
+	 * faulting thread may retry before the wake-up (see sbi_vma_wpfail):
+	 * until the registration, the new mapping must not hand it a silent
+	 * zero page, so it is inaccessible (SIGSEGV) until then.
+	 */
+	if (anon_over(addr, len, PROT_NONE) < 0)
 		return map_error(errno);
 	r = sbi_uffd_register(pool->uffd_sigbus, addr, len,
 			      UFFDIO_REGISTER_MODE_MISSING);
-	if (r < 0)
-		mprotect(addr, len, PROT_NONE);
-	madvise(addr, len, MADV_DONTNEED);
+	if (r == 0 && mprotect(addr, len, buf_prot(buf)) < 0)
+		r = -errno;
 	sbi_vma_wake(buf, idx);
 	return r;
 }

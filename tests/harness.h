@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -317,6 +318,89 @@ static inline void expect_signal_at(const void *lo, size_t len)
 	expect_hi = (uintptr_t)lo + len;
 	sigaction(SIGBUS, &sa, NULL);
 	sigaction(SIGSEGV, &sa, NULL);
+}
+
+/*
+ * In a child: touch one byte in each of n pages (write or read) while
+ * another thread sends this one SIGUSR1 every 20 us. Each signal ends the
+ * toucher's wait on its fault, and it retries the access at once, before
+ * the handler has answered: what a signal or io_uring task work does to
+ * any thread. Counts how each touch ended; a touch that "went through"
+ * was expected to raise a signal and did not.
+ */
+struct signalled_touches {
+	int sigbus, sigsegv, went_through;
+};
+
+static sigjmp_buf st_jmp;
+static volatile sig_atomic_t st_sig;
+static volatile uintptr_t st_lo, st_hi;
+static atomic_bool st_stop;
+
+static void st_on_fault(int sig, siginfo_t *si, void *ctx)
+{
+	uintptr_t a = (uintptr_t)si->si_addr;
+
+	(void)ctx;
+	if (a < st_lo || a >= st_hi)
+		_exit(50);
+	st_sig = sig;
+	siglongjmp(st_jmp, 1);
+}
+
+static void st_on_usr1(int sig)
+{
+	(void)sig;
+}
+
+static void *st_signaller(void *arg)
+{
+	pthread_t toucher = *(pthread_t *)arg;
+
+	while (!atomic_load(&st_stop)) {
+		pthread_kill(toucher, SIGUSR1);
+		usleep(20);
+	}
+	return NULL;
+}
+
+static inline struct signalled_touches
+touch_signalled(volatile char *base, size_t page, int n, bool write)
+{
+	struct sigaction sa = {.sa_sigaction = st_on_fault,
+			       .sa_flags = SA_SIGINFO};
+	struct sigaction su = {.sa_handler = st_on_usr1};
+	pthread_t self = pthread_self(), th;
+	volatile int went = 0, nbus = 0, nsegv = 0;
+
+	sigaction(SIGBUS, &sa, NULL);
+	sigaction(SIGSEGV, &sa, NULL);
+	sigaction(SIGUSR1, &su, NULL);
+	atomic_store(&st_stop, false);
+	pthread_create(&th, NULL, st_signaller, &self);
+	for (int i = 0; i < n; i++) {
+		volatile char *b = base + (size_t)i * page;
+
+		st_lo = (uintptr_t)b;
+		st_hi = st_lo + page;
+		st_sig = 0;
+		if (sigsetjmp(st_jmp, 1) == 0) {
+			if (write)
+				b[3] = 1;
+			else
+				(void)b[3];
+			went++;
+		} else if (st_sig == SIGBUS) {
+			nbus++;
+		} else {
+			nsegv++;
+		}
+	}
+	atomic_store(&st_stop, true);
+	pthread_join(th, NULL);
+	printf("%d %s: %d SIGBUS, %d SIGSEGV, %d went through\n", n,
+	       write ? "writes" : "reads", nbus, nsegv, went);
+	return (struct signalled_touches){nbus, nsegv, went};
 }
 
 /* Test programs define main_test() and child(); this dispatches. */

@@ -1,7 +1,8 @@
 /* The fault handler: demand placement, many threads faulting the same
  * pages, unmap racing faults, SIGBUS when the budget is exhausted (never a
- * hang, never a silent zero page), recovery after it, and clean shutdown
- * with no thread or descriptor left behind. */
+ * hang, never a silent zero page, also when signals keep interrupting the
+ * toucher's waits, with and without UFFDIO_POISON), recovery after it, and
+ * clean shutdown with no thread or descriptor left behind. */
 #include "harness.h"
 
 #include <dirent.h>
@@ -11,8 +12,39 @@
 
 #define PAGE (256 * KiB)
 
+void sbi_test_no_poison(struct sb_pool *pool);
+
+/*
+ * Touches of unplaced pages that the budget refuses, while signals keep
+ * interrupting the toucher's waits: every one raises a signal, none reads
+ * a silent zero page or writes into one. With `fallback`, the way kernels
+ * before 6.6 (no UFFDIO_POISON) are answered.
+ */
+static int budget_signals(bool fallback)
+{
+	enum { N = 32 };
+	struct sb_pool *p = make_pool(PAGE, 64 * MiB, N * PAGE);
+	struct sb_buf *a = make_buf(p, 64 * MiB, 0);
+	struct sb_buf *b = make_buf(p, 64 * MiB, 0);
+	volatile char *y = sb_buf_addr(b);
+
+	if (fallback)
+		sbi_test_no_poison(p);
+	if (sb_buf_map(a, 0, N * PAGE) != N)
+		return 3;
+	if (touch_signalled(y, PAGE, N, false).went_through)
+		return 6;
+	if (touch_signalled(y + N * PAGE, PAGE, N, true).went_through)
+		return 7;
+	return stats(p).pages_used == N ? 0 : 8;
+}
+
 static int child(const char *name)
 {
+	if (!strcmp(name, "budget-signals"))
+		return budget_signals(false);
+	if (!strcmp(name, "budget-signals-fallback"))
+		return budget_signals(true);
 	if (!strcmp(name, "budget")) {
 		/* Three pages of budget, a fourth touched. */
 		struct sb_pool *p = make_pool(PAGE, 64 * MiB, 3 * PAGE);
@@ -274,6 +306,8 @@ static int main_test(void)
 	create_destroy_loop();
 	CHECK_EQ(child_exit_code(run_child("budget")), EXIT_GOT_SIGBUS);
 	CHECK_EQ(child_exit_code(run_child("budget-read")), EXIT_GOT_SIGBUS);
+	CHECK_EQ(child_exit_code(run_child("budget-signals")), 0);
+	CHECK_EQ(child_exit_code(run_child("budget-signals-fallback")), 0);
 	printf("faults: ok\n");
 	return 0;
 }

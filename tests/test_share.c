@@ -6,8 +6,6 @@
 #include "harness.h"
 
 #include <pthread.h>
-#include <setjmp.h>
-#include <stdatomic.h>
 
 #define PAGE (256 * KiB)
 
@@ -25,43 +23,6 @@ static int check_fill(const char *p, size_t len, int seed)
 	return 1;
 }
 
-/* ---- A failed copy under signals --------------------------------------- */
-
-static sigjmp_buf cow_jmp;
-static volatile sig_atomic_t cow_sig;
-static volatile uintptr_t cow_lo, cow_hi;
-static atomic_bool cow_stop;
-
-static void cow_on_fault(int sig, siginfo_t *si, void *ctx)
-{
-	uintptr_t a = (uintptr_t)si->si_addr;
-
-	(void)ctx;
-	if (a < cow_lo || a >= cow_hi)
-		_exit(50);
-	cow_sig = sig;
-	siglongjmp(cow_jmp, 1);
-}
-
-static void on_usr1(int sig)
-{
-	(void)sig;
-}
-
-/* Interrupts the writer's wait on its fault again and again: each signal
- * ends the wait, and the writer retries its write before the handler has
- * answered. */
-static void *signal_writer(void *arg)
-{
-	pthread_t writer = *(pthread_t *)arg;
-
-	while (!atomic_load(&cow_stop)) {
-		pthread_kill(writer, SIGUSR1);
-		usleep(20);
-	}
-	return NULL;
-}
-
 /*
  * Every write to a shared page whose copy cannot be had raises a signal at
  * that page, also when signals keep interrupting the writer's wait: none
@@ -75,39 +36,13 @@ static int cow_budget_signals(void)
 	struct sb_buf *a = make_buf(p, 64 * MiB, 0);
 	struct sb_buf *b = make_buf(p, 64 * MiB, 0);
 	volatile char *y = sb_buf_addr(b);
-	struct sigaction sa = {.sa_sigaction = cow_on_fault,
-			       .sa_flags = SA_SIGINFO};
-	struct sigaction su = {.sa_handler = on_usr1};
-	pthread_t self = pthread_self(), spam;
-	volatile int went_through = 0, nbus = 0, nsegv = 0;
 
 	if (sb_buf_map(a, 0, N * PAGE) != N)
 		return 3;
 	fill(sb_buf_addr(a), N * PAGE, 5);
 	if (sb_buf_share(b, 0, a, 0, N * PAGE) != N)
 		return 4;
-	sigaction(SIGBUS, &sa, NULL);
-	sigaction(SIGSEGV, &sa, NULL);
-	sigaction(SIGUSR1, &su, NULL);
-	pthread_create(&spam, NULL, signal_writer, &self);
-	for (int i = 0; i < N; i++) {
-		cow_lo = (uintptr_t)(y + (size_t)i * PAGE);
-		cow_hi = cow_lo + PAGE;
-		cow_sig = 0;
-		if (sigsetjmp(cow_jmp, 1) == 0) {
-			y[(size_t)i * PAGE + 3] = 1;
-			went_through++;
-		} else if (cow_sig == SIGBUS) {
-			nbus++;
-		} else {
-			nsegv++;
-		}
-	}
-	atomic_store(&cow_stop, true);
-	pthread_join(spam, NULL);
-	printf("writes: %d SIGBUS, %d SIGSEGV, %d went through\n", nbus,
-	       nsegv, went_through);
-	if (went_through)
+	if (touch_signalled(y, PAGE, N, true).went_through)
 		return 6;
 	return check_fill((const char *)y, N * PAGE, 5) ? 0 : 7;
 }
