@@ -15,6 +15,13 @@
  *   poisoned page   unplaced, and a touch raises SIGBUS (UFFDIO_POISON, or
  *                   registration with the SIGBUS uffd where POISON is
  *                   missing)
+ *   copy refused    a shared page whose copy the budget refused: mapped
+ *                   MAP_PRIVATE, write-protected through the SIGBUS uffd
+ *
+ * A thread stopped on a fault can run again at any moment (a signal or
+ * task work ends its wait) and retry its access. Whatever is handed to the
+ * SIGBUS uffd is therefore unreachable until registered: a fresh mapping
+ * would otherwise give the thread a silent zero page or a private copy.
  */
 #include "internal.h"
 #include "tsan.h"
