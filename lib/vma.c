@@ -131,15 +131,16 @@ int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 {
 	char *addr = page_addr(buf, idx);
 	size_t len = pages_len(buf, n);
-	/* A touch of a strict buffer's unplaced page raises SIGBUS, never
-	 * reads zeros: inaccessible (SIGSEGV) until registered. */
-	bool strict = uffd == buf->pool->uffd_sigbus;
+	/* A touch of a page handed to the SIGBUS uffd (a strict buffer's,
+	 * a poisoned one) raises SIGBUS, never reads zeros: inaccessible
+	 * (SIGSEGV) until registered. */
+	bool sigbus = uffd == buf->pool->uffd_sigbus;
 	int r;
 
-	if (anon_over(addr, len, strict ? PROT_NONE : buf_prot(buf)) < 0)
+	if (anon_over(addr, len, sigbus ? PROT_NONE : buf_prot(buf)) < 0)
 		return map_error(errno);
 	r = sbi_uffd_register(uffd, addr, len, UFFDIO_REGISTER_MODE_MISSING);
-	if (r == 0 && strict && mprotect(addr, len, buf_prot(buf)) < 0)
+	if (r == 0 && sigbus && mprotect(addr, len, buf_prot(buf)) < 0)
 		r = -errno;
 	if (r < 0) {
 		/* Unregistered anonymous memory would hand out silent zero
@@ -152,7 +153,8 @@ int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 	/* A thread touching the range between the mmap and the registration
 	 * got a private zero page: drop it, so the next touch faults to us.
 	 * Its write raced with the unmap and is lost, as unmap promises. */
-	madvise(addr, len, MADV_DONTNEED);
+	if (!sigbus)
+		madvise(addr, len, MADV_DONTNEED);
 	return 0;
 }
 
@@ -267,18 +269,8 @@ int sbi_vma_poison(struct sb_buf *buf, size_t idx)
 				break;
 		}
 	}
-	/*
-	 * No POISON (before 6.6): hand the page to the SIGBUS uffd. The
-	 * faulting thread may retry before the wake-up (see sbi_vma_wpfail):
-	 * until the registration, the new mapping must not hand it a silent
-	 * zero page, so it is inaccessible (SIGSEGV) until then.
-	 */
-	if (anon_over(addr, len, PROT_NONE) < 0)
-		return map_error(errno);
-	r = sbi_uffd_register(pool->uffd_sigbus, addr, len,
-			      UFFDIO_REGISTER_MODE_MISSING);
-	if (r == 0 && mprotect(addr, len, buf_prot(buf)) < 0)
-		r = -errno;
+	/* No POISON (before 6.6): hand the page to the SIGBUS uffd. */
+	r = sbi_vma_unplace_uffd(buf, idx, 1, pool->uffd_sigbus);
 	sbi_vma_wake(buf, idx);
 	return r;
 }
