@@ -191,12 +191,13 @@ static void unmap_during_faults(void)
 	       r[0].ops + r[1].ops, r[2].ops + r[3].ops,
 	       (unsigned long long)stats(p).faults);
 	CHECK(r[0].ops > 0 && r[2].ops > 0);
-	/* The page table and the pool agree, once the handler is done: a
-	 * toucher woken by an unmap's wake-up goes on while the handler may
-	 * already have read its fault message, and serves it (places the
-	 * page) after the toucher has moved on, even exited. Messages are
-	 * readable only while their thread waits, so after the joins only
-	 * those already read remain: tens of microseconds of work. */
+	/* The page table and the pool agree, once the handler is done: when
+	 * both touchers fault on one page, the placement for the first
+	 * message wakes both; if an unmap then comes before the second
+	 * message is served, serving it places the page again, after its
+	 * toucher has moved on, even exited. Messages are readable only
+	 * while their thread waits, so after the joins only those already
+	 * read remain: microseconds of work. */
 	usleep(50 * 1000);
 	WAIT_FOR(stats(p).pages_used == (size_t)sb_buf_placed(b, 0, 64 * MiB),
 		 5);
