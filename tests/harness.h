@@ -348,6 +348,7 @@ static void st_on_fault(int sig, siginfo_t *si, void *ctx)
 	siglongjmp(st_jmp, 1);
 }
 
+/* SIGUSR1 does nothing but end a wait (test_evict uses it too). */
 static void st_on_usr1(int sig)
 {
 	(void)sig;

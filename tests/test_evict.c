@@ -572,11 +572,6 @@ struct sig_writer {
 	long rounds, lost;
 };
 
-static void on_usr1(int sig)
-{
-	(void)sig;
-}
-
 static void *sig_write(void *arg)
 {
 	struct sig_writer *w = arg;
@@ -605,7 +600,7 @@ static void signalled_writers(void)
 	enum { NW = 2, NPW = 8 };
 	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
 	struct sb_buf *b = make_buf(p, 16 * MiB, 0);
-	struct sigaction su = {.sa_handler = on_usr1};
+	struct sigaction su = {.sa_handler = st_on_usr1};
 	struct sig_writer w[NW];
 	pthread_t th[NW];
 	atomic_int stop = 0;
