@@ -51,13 +51,20 @@ static int heap_bind(char *map, size_t len, int node)
 	return 0;
 }
 
+/* The heap's struct and its per-page tables, in one mapping: create and
+ * destroy must agree on its size, or every heap released leaks a mapping. */
+static size_t meta_bytes(uint32_t npages)
+{
+	return sizeof(struct sbi_heap) +
+	       (size_t)npages * (sizeof(uintptr_t) + 2 * sizeof(uint32_t) + 2);
+}
+
 struct sbi_heap *sbi_heap_create(size_t heap_size, size_t page_size,
 				 int numa_node, int *err)
 {
 	struct sbi_heap *h;
 	uint32_t npages = (uint32_t)(heap_size / page_size);
-	size_t meta = sizeof(*h) +
-		      npages * (sizeof(uintptr_t) + 2 * sizeof(uint32_t) + 2);
+	size_t meta = meta_bytes(npages);
 	int fd, r;
 
 	fd = heap_memfd();
@@ -114,7 +121,7 @@ void sbi_heap_destroy(struct sbi_heap *h, size_t page_size)
 		  (off_t)heap_size);
 	munmap(h->map, heap_size);
 	close(h->fd);
-	sbi_meta_free(h, sizeof(*h) + h->npages * (2 * sizeof(uint32_t) + 1));
+	sbi_meta_free(h, meta_bytes(h->npages));
 }
 
 int sbi_heap_back(struct sbi_heap *h, uint32_t idx, uint32_t n,
