@@ -56,7 +56,7 @@ void sbi_disk_destroy(struct sb_pool *pool)
 	sbi_io_destroy(d->io);
 	if (d->spill_fd >= 0)
 		close(d->spill_fd);
-	sbi_meta_free(d->slot_bits, (size_t)d->slot_cap / 8);
+	sbi_meta_free(d->slot_bits, (size_t)d->slot_cap / 8 + 8);
 	sbi_meta_free(d->slot_crc, (size_t)d->slot_cap * sizeof(uint32_t));
 	pthread_mutex_destroy(&d->spill_lock);
 	pthread_mutex_destroy(&d->done_lock);

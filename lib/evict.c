@@ -47,6 +47,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #define BATCH 64
 #define MAX_CAND 256
@@ -322,7 +324,9 @@ static int cmp_cand(const void *a, const void *b)
 	return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
-/* Up to want pages the clock would take; pool->lock held. */
+/* Up to want pages the clock would take; pool->lock held. Each is taken
+ * off the clock (and counted in pool->evicting) until its eviction is
+ * done or given up. */
 static size_t pick(struct sb_pool *pool, struct cand *c, size_t want)
 {
 	size_t total = (size_t)pool->heap_hi * pool->pages_per_heap, got = 0;
@@ -352,17 +356,29 @@ static size_t pick(struct sb_pool *pool, struct cand *c, size_t want)
 		__atomic_store_n(&h->raddr[i], 0, __ATOMIC_RELAXED);
 		c[got++] = (struct cand){addr, (sbi_pid)p};
 	}
+	pool->evicting += got;
 	return got;
 }
 
+/* Candidates [k, j) are done with (evicted, kept, or given back). */
+static void picked_done(struct sb_pool *pool, size_t n)
+{
+	pthread_mutex_lock(&pool->lock);
+	pool->evicting -= n;
+	pthread_mutex_unlock(&pool->lock);
+}
+
 /* Evict pages idx[0..m) of buf (locked); pages that stay (a failed write)
- * go back on the clock. */
-static size_t evict_or_keep(struct sb_buf *buf, const size_t *idx, size_t m)
+ * go back on the clock. Returns how many went; *failed is set when the
+ * write failed (a full spill disk): retrying would fail again. */
+static size_t evict_or_keep(struct sb_buf *buf, const size_t *idx, size_t m,
+			    bool *failed)
 {
 	long r = evict_pages(buf, idx, m);
 
 	if (r > 0)
 		return (size_t)r;
+	*failed = true;
 	for (size_t k = 0; k < m; k++)
 		if (sbi_pte_pid(buf->pte[idx[k]]))
 			sbi_rmap_note(buf, idx[k],
@@ -382,26 +398,55 @@ static void unpick(struct sb_pool *pool, const struct cand *c, size_t k,
 	}
 }
 
-/* Evict up to want cold pages; returns how many went. */
-static size_t evict_cold(struct sb_pool *pool, size_t want,
-			 struct sb_buf *held, bool reg_held)
+/* What one round of evict_cold did. */
+struct evict_round {
+	size_t picked;		/* candidates the clock gave */
+	size_t done;		/* pages evicted */
+	size_t busy;		/* candidates skipped: their buffer was busy */
+	bool failed;		/* a write-out failed */
+};
+
+/*
+ * Lock a candidate's buffer. A thread that holds no buffer lock (a map)
+ * may wait for it: whoever holds a buffer lock waits only for the disk or
+ * retries. One that holds a buffer lock (a fault or a page-in being
+ * served) only tries: two such threads, each wanting the other's pages,
+ * would otherwise wait for each other forever. A busy buffer's candidates
+ * go back on the clock, and the allocation tries again (sbi_alloc).
+ */
+static bool lock_cand_buf(struct sb_buf *buf, struct sb_buf *held)
+{
+	if (buf == held)
+		return true;
+	if (pthread_mutex_trylock(&buf->lock) == 0)
+		return true;
+	if (held)
+		return false;
+	pthread_mutex_lock(&buf->lock);
+	return true;
+}
+
+/* Evict up to want cold pages. */
+static void evict_cold(struct sb_pool *pool, size_t want, struct sb_buf *held,
+		       bool reg_held, struct evict_round *rd)
 {
 	struct cand c[MAX_CAND];
-	size_t n, done = 0;
+	size_t n;
 
 	if (want > MAX_CAND)
 		want = MAX_CAND;
 	pthread_mutex_lock(&pool->lock);
 	n = pick(pool, c, want);
 	pthread_mutex_unlock(&pool->lock);
+	rd->picked = n;
 	if (!n)
-		return 0;
+		return;
 	qsort(c, n, sizeof(c[0]), cmp_cand);
 	if (!reg_held)
 		pthread_rwlock_rdlock(&pool->reg_lock);
 	for (size_t k = 0; k < n;) {
 		struct sb_buf *buf = sbi_pool_lookup(pool, c[k].addr);
-		size_t idx[BATCH], m = 0, j = k;
+		size_t idx[BATCH], m = 0, j = k, k0 = k;
 
 		/* The candidates of one buffer, together. */
 		while (j < n && buf && c[j].addr < (uintptr_t)buf->base +
@@ -409,11 +454,14 @@ static size_t evict_cold(struct sb_pool *pool, size_t want,
 			j++;
 		if (!buf || !tracked(buf)) {
 			k = j > k ? j : k + 1;
+			picked_done(pool, k - k0);
 			continue;
 		}
-		if (buf != held && pthread_mutex_trylock(&buf->lock) != 0) {
+		if (!lock_cand_buf(buf, held)) {
 			unpick(pool, c, k, j);
-			k = j;	/* busy: try others */
+			rd->busy += j - k;
+			k = j;
+			picked_done(pool, k - k0);
 			continue;
 		}
 		for (; k < j; k++) {
@@ -425,19 +473,32 @@ static size_t evict_cold(struct sb_pool *pool, size_t want,
 				continue;
 			idx[m++] = i;
 			if (m == BATCH) {
-				done += evict_or_keep(buf, idx, m);
+				rd->done += evict_or_keep(buf, idx, m,
+							  &rd->failed);
 				m = 0;
 			}
 		}
 		if (m)
-			done += evict_or_keep(buf, idx, m);
+			rd->done += evict_or_keep(buf, idx, m, &rd->failed);
 		if (buf != held)
 			pthread_mutex_unlock(&buf->lock);
+		picked_done(pool, k - k0);
 	}
 	if (!reg_held)
 		pthread_rwlock_unlock(&pool->reg_lock);
-	return done;
 }
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* How long an allocation keeps trying while every candidate it finds is
+ * busy (or being evicted by someone else) without one page going out. */
+#define STALL_MS 10000
 
 int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 	      size_t n, sbi_pid *out, unsigned flags, struct sb_buf *held,
@@ -447,26 +508,55 @@ int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 	 * 1 MiB, and a 16th of the budget: the clock's choice should decide
 	 * what goes, not the batch. */
 	size_t batch = ((size_t)1 << 20) >> pool->page_shift;
+	uint64_t stalled_since = 0;
 	int r;
 
 	if (batch > pool->max_pages / 16)
 		batch = pool->max_pages / 16;
 	if (batch < 1)
 		batch = 1;
-	for (int round = 0;; round++) {
+	for (;;) {
+		struct evict_round rd = {0};
+		size_t others;
 		bool over;
 
 		r = sbi_pool_alloc(pool, buf, hint1, n, out, flags);
 		if (r != -ENOMEM || !atomic_load(&pool->n_evictable) ||
-		    round == 16)
+		    n > pool->max_pages)
 			return r;
 		pthread_mutex_lock(&pool->lock);
 		over = pool->used + n > pool->max_pages;
 		pthread_mutex_unlock(&pool->lock);
 		if (!over)
 			return r;	/* the kernel said no, not the budget */
-		if (!evict_cold(pool, n > batch ? n : batch, held, reg_held))
+		evict_cold(pool, n > batch ? n : batch, held, reg_held, &rd);
+		if (rd.done) {
+			stalled_since = 0;
+			continue;
+		}
+		if (rd.failed)
+			return r;	/* the spill file takes no more */
+		/* Nothing went out. Pages being evicted by another thread,
+		 * candidates of a buffer busy for a moment, or candidates
+		 * that changed under us (freed, shared) are worth another
+		 * try; only a whole pass of the clock that found nothing,
+		 * with no eviction under way elsewhere, means there is
+		 * nothing to evict. */
+		pthread_mutex_lock(&pool->lock);
+		others = pool->evicting;
+		pthread_mutex_unlock(&pool->lock);
+		if (!rd.picked && !others)
 			return r;
+		if (!stalled_since) {
+			stalled_since = now_ms();
+		} else if (now_ms() - stalled_since > STALL_MS) {
+			sbi_warn("pool %u: no page could be evicted for %d s "
+				 "(every candidate busy)",
+				 pool->id, STALL_MS / 1000);
+			return r;
+		}
+		if (rd.busy || others)
+			usleep(rd.busy ? 200 : 50);
 	}
 }
 

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /*
@@ -54,6 +55,50 @@ static void service_minor_placed(struct sb_pool *pool, struct sb_buf *buf,
 		sbi_vma_place(buf, idx, 1, sbi_pte_pid(buf->pte[idx]) - 1,
 			      buf->flags & SBI_BUF_RO);
 	sbi_vma_wake(buf, idx);
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void sbi_sigbus_note(struct sb_buf *buf, size_t idx, int err,
+		     const char *what)
+{
+	struct sb_pool *pool = buf->pool;
+	uint64_t now = mono_ms(), last, n;
+
+	/* Counted before the wake-up: the thread may look at once. */
+	n = atomic_fetch_add_explicit(&pool->n_sigbus, 1,
+				      memory_order_relaxed) + 1;
+	sbi_debug("%s at page %zu of buffer %u: %s: SIGBUS", what, idx,
+		  buf->id, strerror(-err));
+	if (err != -ENOMEM)
+		return;	/* I/O errors are logged where they happen */
+	/* A program killed by SIGBUS should say why without SPARSEBUF_LOG:
+	 * the first one, then at most one line a second. */
+	last = atomic_load_explicit(&pool->sigbus_log_ms, memory_order_relaxed);
+	if (last && now - last < 1000)
+		return;
+	if (!atomic_compare_exchange_strong(&pool->sigbus_log_ms, &last, now))
+		return;
+	if (pool->max_pages == SIZE_MAX)
+		sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): the "
+			 "system has no memory for a page (%llu SIGBUS so far)",
+			 pool->id, what, idx, buf->id, (unsigned long long)n);
+	else
+		sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): the "
+			 "budget of %zu KiB (max_bytes, SPARSEBUF_MAX_BYTES) is "
+			 "in use and %s (%llu SIGBUS so far)",
+			 pool->id, what, idx, buf->id, pool->max_bytes >> 10,
+			 atomic_load(&pool->n_evictable)
+				 ? "no page of an evictable buffer could go "
+				   "to disk"
+				 : "no buffer is SB_BUF_EVICTABLE",
+			 (unsigned long long)n);
 }
 
 static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
@@ -95,11 +140,7 @@ static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
 	}
 fail:
 	if (r < 0) {
-		sbi_debug("fault at page %zu of buffer %u: %s: SIGBUS", idx,
-			  buf->id, strerror(-r));
-		/* Count before the wake-up: the thread may look at once. */
-		atomic_fetch_add_explicit(&pool->n_sigbus, 1,
-					  memory_order_relaxed);
+		sbi_sigbus_note(buf, idx, r, "fault");
 		if (sbi_vma_poison(buf, idx) == 0)
 			*pte |= SBI_PTE_POISON;
 		return;
@@ -168,10 +209,7 @@ static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
 			sbi_pool_put(pool, &(sbi_pid){pid + 1}, 1);
 	}
 	if (r < 0) {
-		sbi_debug("copy-on-write of page %zu of buffer %u: %s: SIGBUS",
-			  idx, buf->id, strerror(-r));
-		atomic_fetch_add_explicit(&pool->n_sigbus, 1,
-					  memory_order_relaxed);
+		sbi_sigbus_note(buf, idx, r, "copy-on-write");
 		if (sbi_vma_wpfail(buf, idx, old) == 0)
 			*pte = (*pte & ~SBI_PTE_SHARED) | SBI_PTE_WPFAIL |
 			       SBI_PTE_PRIVMAP;

@@ -147,6 +147,7 @@ struct sbi_reg {
 
 struct sb_pool {
 	/* Immutable after creation. */
+	unsigned id;		/* 1, 2, ... in the process: names it in logs */
 	size_t page_size;
 	size_t heap_size;
 	uint32_t page_shift;
@@ -218,12 +219,15 @@ struct sb_pool {
 	/* Counters: relaxed atomics, read by sb_pool_stats. */
 	_Atomic uint64_t n_faults, n_maps, n_unmaps, n_cow, n_fault_places,
 		n_sigbus, n_sync_prepares;
+	_Atomic uint64_t sigbus_log_ms;	/* last budget SIGBUS logged */
 
 	/* The disk tier, set up at first use (disk.c). */
 	pthread_mutex_t disk_lock;	/* creation of disk only */
 	struct sbi_disk *_Atomic disk;
 	_Atomic unsigned n_evictable;	/* live evictable / file buffers */
 	size_t clock_hand;		/* pool->lock: eviction's clock */
+	size_t evicting;	/* pool->lock: pages the clock handed out to
+				 * evictions that have not finished */
 	char *spill_dir;		/* opts.spill_dir, copied */
 	_Atomic uint64_t n_pages_in, n_pages_out, n_bytes_read,
 		n_bytes_written, n_io_errors, n_dropped;
@@ -502,6 +506,11 @@ struct sbi_fault_thread {
 };
 
 void *sbi_fault_thread(void *arg);
+/* A touch of page idx of buf is answered with SIGBUS because of err: count
+ * it, and say why (at warning level, at most once a second per pool, for a
+ * budget or memory shortage; I/O errors are logged where they occur). */
+void sbi_sigbus_note(struct sb_buf *buf, size_t idx, int err,
+		     const char *what);
 /* Start the handlers; returns 0 or -errno (none left running). */
 int sbi_fault_start(struct sb_pool *pool);
 void sbi_fault_stop(struct sb_pool *pool);
@@ -566,7 +575,10 @@ struct sbi_disk {
 	struct sbi_io_engine *io;
 	pthread_mutex_t spill_lock;	/* a leaf: the slots below */
 	int spill_fd;		/* -1 until the first eviction */
-	int spill_err;		/* why the spill file cannot be made */
+	int spill_err;		/* why the last attempt to make the spill
+				 * file failed (0: made, or not tried);
+				 * logged once per cause, tried again at
+				 * the next eviction */
 	bool spill_direct;
 	uint64_t *slot_bits;	/* 1 = in use */
 	uint32_t *slot_crc;

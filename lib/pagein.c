@@ -350,10 +350,7 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 			if (j == idx) {
 				/* The touched page cannot be read in:
 				 * SIGBUS, as for a zero-fill page. */
-				sbi_debug("page-in of page %zu of buffer %u: "
-					  "%s: SIGBUS",
-					  idx, buf->id, strerror(-r));
-				sbi_count(&buf->pool->n_sigbus, 1);
+				sbi_sigbus_note(buf, idx, r, "page-in");
 				poison(buf, idx,
 				       (buf->pte[idx] & SBI_PTE_KEEP) != 0);
 			}

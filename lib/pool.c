@@ -693,6 +693,8 @@ static void free_pool(struct sb_pool *pool)
 	free(pool);
 }
 
+static _Atomic unsigned next_pool_id;
+
 static struct sb_pool *fail(int *err, int e)
 {
 	if (err)
@@ -730,6 +732,7 @@ SB_API struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts,
 	if (!pool)
 		return fail(err, -ENOMEM);
 	pool->uffd = pool->uffd_sigbus = pool->quit_fd = -1;
+	pool->id = atomic_fetch_add(&next_pool_id, 1) + 1;
 	pool->page_size = opts->page_size;
 	pool->heap_size = opts->heap_size;
 	pool->page_shift = (uint32_t)__builtin_ctzl(opts->page_size);

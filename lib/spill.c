@@ -64,33 +64,50 @@ static int open_spill(const char *dir, bool *direct)
 	return fd;
 }
 
+/*
+ * Make the spill file on first need. A failure (directory missing, EMFILE,
+ * ENOSPC) is not remembered: the next eviction tries again, so a cause
+ * that goes away (the directory made, descriptors closed) does not leave
+ * the pool unable to evict for good. The slot tables are reserved once
+ * and kept (lazily backed, 80 MiB of address space at most).
+ */
 static int spill_init(struct sbi_disk *d)
 {
 	const char *dir;
+	int err;
 
 	if (d->spill_fd >= 0)
 		return 0;
-	if (d->spill_err)
-		return d->spill_err;
-	dir = spill_dir(d->pool);
-	d->slot_bits = sbi_meta_alloc(SLOT_CAP / 8, false);
-	d->slot_crc = sbi_meta_alloc(SLOT_CAP * sizeof(uint32_t), false);
-	if (!d->slot_bits || !d->slot_crc) {
-		sbi_meta_free(d->slot_bits, SLOT_CAP / 8);
-		sbi_meta_free(d->slot_crc, SLOT_CAP * sizeof(uint32_t));
-		d->slot_bits = NULL;
-		d->slot_crc = NULL;
-		return -ENOMEM;
+	if (!d->slot_bits) {
+		uint64_t *bits = sbi_meta_alloc(SLOT_CAP / 8 + 8, false);
+		uint32_t *crc = sbi_meta_alloc(SLOT_CAP * sizeof(uint32_t),
+					       false);
+
+		if (!bits || !crc) {
+			sbi_meta_free(bits, SLOT_CAP / 8 + 8);
+			sbi_meta_free(crc, SLOT_CAP * sizeof(uint32_t));
+			return -ENOMEM;
+		}
+		d->slot_bits = bits;
+		d->slot_crc = crc;
+		d->slot_cap = SLOT_CAP;
 	}
+	dir = spill_dir(d->pool);
 	d->spill_fd = open_spill(dir, &d->spill_direct);
 	if (d->spill_fd < 0) {
-		d->spill_err = -errno;
-		sbi_err("cannot make a spill file in %s: %s (set "
-			"SPARSEBUF_SPILL_DIR)",
-			dir, strerror(errno));
-		return d->spill_err;
+		err = -errno;
+		/* Once per cause, not once per eviction attempt. */
+		if (err != d->spill_err)
+			sbi_err("cannot make a spill file in %s: %s (set "
+				"SPARSEBUF_SPILL_DIR); eviction fails until "
+				"it can",
+				dir, strerror(-err));
+		d->spill_err = err;
+		return err;
 	}
-	d->slot_cap = SLOT_CAP;
+	if (d->spill_err)
+		sbi_warn("spill file in %s made after all", dir);
+	d->spill_err = 0;
 	sbi_info("spill file in %s%s", dir,
 		 d->spill_direct ? " (O_DIRECT)" : "");
 	return 0;
