@@ -107,6 +107,14 @@ int main(int argc, char **argv)
 		y[(size_t)i * page] = 3;
 	if (sb_buf_unmap(a, 0, (size_t)(n + m + k) * page) != n + m + k)
 		return 1;
+	/* Pages released by sharing over them and by destroying a buffer
+	 * count as unmaps too (and fire the probe): one page placed in a's
+	 * spare slot is shared over b's first copy, then both go. */
+	if (sb_buf_map(a, (size_t)(n + m + k) * page, page) != 1 ||
+	    (k && sb_buf_share(b, 0, a, (size_t)(n + m + k) * page, page) != 1))
+		return 1;
+	sb_buf_destroy(b);
+	sb_buf_destroy(a);
 	sb_pool_stats(pool, &st);
 	printf("page_size=%zu\nfaults=%llu\nfault_places=%llu\nmaps=%llu\n"
 	       "unmaps=%llu\ncow_copies=%llu\nexpected_faults=%ld\n",
@@ -114,8 +122,6 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.fault_places,
 	       (unsigned long long)st.maps, (unsigned long long)st.unmaps,
 	       (unsigned long long)st.cow_copies, n + k);
-	sb_buf_destroy(b);
-	sb_buf_destroy(a);
 	sb_pool_destroy(pool);
 	return 0;
 }
