@@ -55,9 +55,11 @@ RUNNER_OBJ := $(BUILD)/obj/runner/model.o
 
 # Components in their own fragments add static libraries to EXTRA_A (linked
 # into tests, benchmarks and tools after libsparsebuf) and targets to
-# EXTRA_ALL.
+# EXTRA_ALL. common/ (the programs' command line and files) comes first:
+# the others' archives, linked before it, call into it.
 EXTRA_A :=
 EXTRA_ALL :=
+include common/common.mk
 include kernels/kernels.mk
 include flash/flash.mk
 
@@ -93,23 +95,23 @@ $(BUILD)/tests/test_shared: tests/test_shared.c $(LIB_SO) tests/harness.h
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) -L$(BUILD)/lib \
 		-Wl,-rpath,$(abspath $(BUILD)/lib) -lsparsebuf -lpthread
 
-$(BUILD)/tests/%: tests/%.c $(LIB_A) $(EXTRA_A) $(RUNNER_OBJ) tests/harness.h
+$(BUILD)/tests/%: tests/%.c $(LIB_A) $(EXTRA_A) $(RUNNER_OBJ) tests/harness.h $(COMMON_HDR)
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Ilib -Irunner -o $@ $< $(LDFLAGS_ALL) $(RUNNER_OBJ) $(EXTRA_A) $(LIB_A) $(LIBS) -lm
 
-$(BUILD)/bench/%: bench/%.c $(LIB_A) $(EXTRA_A) $(RUNNER_OBJ) $(wildcard bench/*.h)
+$(BUILD)/bench/%: bench/%.c $(LIB_A) $(EXTRA_A) $(RUNNER_OBJ) $(wildcard bench/*.h) $(COMMON_HDR)
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Irunner -o $@ $< $(LDFLAGS_ALL) $(RUNNER_OBJ) $(EXTRA_A) $(LIB_A) $(LIBS) -lm
 
-$(BUILD)/bin/sparsebuf-info: tools/sparsebuf-info.c $(LIB_A)
+$(BUILD)/bin/sparsebuf-info: tools/sparsebuf-info.c $(LIB_A) $(COMMON_A) $(COMMON_HDR)
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
-	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) $(LIB_A) $(LIBS)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) $(COMMON_A) $(LIB_A) $(LIBS)
 
 # The llama2.c runner: runner/model.c is shared by sbrun, tests and benches.
-$(BUILD)/obj/runner/%.o: runner/%.c runner/model.h $(wildcard lib/include/*.h kernels/include/*.h)
+$(BUILD)/obj/runner/%.o: runner/%.c runner/model.h $(COMMON_HDR) $(wildcard lib/include/*.h kernels/include/*.h)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Irunner -c -o $@ $<
@@ -119,10 +121,10 @@ $(BUILD)/bin/sbrun: runner/sbrun.c $(RUNNER_OBJ) $(LIB_A) $(EXTRA_A)
 	@echo "  CCLD    $@"
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Irunner -o $@ $< $(RUNNER_OBJ) $(LDFLAGS_ALL) $(EXTRA_A) $(LIB_A) $(LIBS) -lm
 
-$(BUILD)/bin/sparsebuf-demo: demo/demo.c $(LIB_A)
+$(BUILD)/bin/sparsebuf-demo: demo/demo.c $(LIB_A) $(COMMON_A) $(COMMON_HDR)
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
-	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) $(LIB_A) $(LIBS)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) $(COMMON_A) $(LIB_A) $(LIBS)
 
 # Build dependencies; the tests also want perf (test_perf skips without
 # it), the benchmarks gnuplot for their charts and fio (bench/pagein's

@@ -1,7 +1,8 @@
 # flash/: the LLM-in-a-flash demo. sbgen writes synthetic checkpoints,
 # sbflash runs them (resident, flash, mmap_dense, mmap_sparse). The shared
-# code goes into libsbflash.a, which tests link too. Included by the top
-# Makefile after kernels/kernels.mk.
+# code goes into libsbflash.a, which tests link too; it uses common/ (the
+# command line, careful files). Included by the top Makefile after
+# common/common.mk and kernels/kernels.mk.
 
 FLASH_LIB_SRC := flash/model.c flash/gen.c flash/runner.c
 FLASH_LIB_OBJ := $(FLASH_LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -15,7 +16,7 @@ EXTRA_ALL += $(FLASH_A) $(FLASH_BIN)
 
 FLASH_GOAL := $(.DEFAULT_GOAL)
 
-$(BUILD)/obj/flash/%.o: flash/%.c $(FLASH_HDR) $(wildcard lib/include/*.h kernels/include/*.h)
+$(BUILD)/obj/flash/%.o: flash/%.c $(FLASH_HDR) $(COMMON_HDR) $(wildcard lib/include/*.h kernels/include/*.h)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -c -o $@ $<
@@ -28,13 +29,13 @@ $(FLASH_A): $(FLASH_LIB_OBJ)
 define FLASH_LD
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
-	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< $(LDFLAGS_ALL) $(FLASH_A) $(KERNELS_A) $(LIB_A) $(LIBS) -lm
+	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< $(LDFLAGS_ALL) $(FLASH_A) $(KERNELS_A) $(COMMON_A) $(LIB_A) $(LIBS) -lm
 endef
 
-$(BUILD)/bin/sbgen: $(BUILD)/obj/flash/sbgen.o $(FLASH_A) $(KERNELS_A) $(LIB_A)
+$(BUILD)/bin/sbgen: $(BUILD)/obj/flash/sbgen.o $(FLASH_A) $(KERNELS_A) $(COMMON_A) $(LIB_A)
 	$(FLASH_LD)
 
-$(BUILD)/bin/sbflash: $(BUILD)/obj/flash/sbflash.o $(FLASH_A) $(KERNELS_A) $(LIB_A)
+$(BUILD)/bin/sbflash: $(BUILD)/obj/flash/sbflash.o $(FLASH_A) $(KERNELS_A) $(COMMON_A) $(LIB_A)
 	$(FLASH_LD)
 
 flash: $(FLASH_BIN)
