@@ -8,7 +8,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,83 +18,134 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "file.h"
+
 /* ---- checkpoint ------------------------------------------------------------ */
+
+#define HEADER_BYTES (7 * sizeof(int))
+
+static int bad(struct sbm_model *m, const char *why)
+{
+	m->why = why;
+	return -EBADMSG;
+}
+
+/* a * b + c, or false on overflow. */
+static bool mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
+{
+	return !__builtin_mul_overflow(a, b, out) &&
+	       !__builtin_add_overflow(*out, c, out);
+}
+
+int sbm_bind(struct sbm_model *m, const void *data, size_t len)
+{
+	const struct sbm_config *c = &m->c;
+	uint64_t d, hid, kvd, L, V, per_layer = 0, n = 0, bytes;
+	const float *p;
+	int shared;
+
+	memset(m, 0, sizeof(*m));
+	if (!data || (uintptr_t)data % sizeof(float))
+		return -EINVAL;
+	if (len < HEADER_BYTES)
+		return bad(m, "shorter than the 28-byte header");
+	memcpy(&m->c, data, sizeof(m->c));
+	/* A positive vocab_size means the classifier shares the embedding;
+	 * INT_MIN has no positive counterpart. */
+	if (m->c.vocab_size == 0 || m->c.vocab_size == INT_MIN)
+		return bad(m, "vocab_size out of range");
+	shared = m->c.vocab_size > 0;
+	m->c.vocab_size = abs(m->c.vocab_size);
+	if (c->dim <= 0 || c->hidden_dim <= 0 || c->n_layers <= 0 ||
+	    c->n_heads <= 0 || c->n_kv_heads <= 0 || c->seq_len <= 0)
+		return bad(m, "a dimension in the header is not positive");
+	if (c->dim % c->n_heads || c->n_kv_heads > c->n_heads ||
+	    c->n_heads % c->n_kv_heads)
+		return bad(m, "dim, n_heads and n_kv_heads do not divide");
+	m->head_size = c->dim / c->n_heads;
+	if (m->head_size % 2 || m->head_size > SBM_MAX_HEAD_DIM)
+		return bad(m, "head size odd or too large");
+	/* Not dim * n_kv_heads / n_heads: that product can overflow. */
+	if ((int64_t)m->head_size * c->n_kv_heads > SBM_MAX_KV_DIM)
+		return bad(m, "kv_dim too large");
+	m->kv_dim = m->head_size * c->n_kv_heads;
+	d = (uint64_t)c->dim;
+	hid = (uint64_t)c->hidden_dim;
+	kvd = (uint64_t)m->kv_dim;
+	L = (uint64_t)c->n_layers;
+	V = (uint64_t)c->vocab_size;
+	/* Floats per layer: rms_att, rms_ffn (dim each), wq, wo (dim x dim),
+	 * wk, wv (kv_dim x dim), w1, w2, w3 (hidden x dim); then the model:
+	 * embedding, layers, rms_final, freq_cis (seq_len x head_size, the
+	 * real and imaginary halves), classifier unless shared. */
+	if (!mul_add(d, 2, per_layer, &per_layer) ||
+	    !mul_add(d * 2, d, per_layer, &per_layer) ||
+	    !mul_add(d * 2, kvd, per_layer, &per_layer) ||
+	    !mul_add(d * 3, hid, per_layer, &per_layer) ||
+	    !mul_add(V, d, n, &n) || !mul_add(L, per_layer, n, &n) ||
+	    !mul_add(1, d, n, &n) ||
+	    !mul_add((uint64_t)c->seq_len, (uint64_t)m->head_size, n, &n) ||
+	    !mul_add(shared ? 0 : V, d, n, &n) ||
+	    !mul_add(n, sizeof(float), HEADER_BYTES, &bytes))
+		return bad(m, "the weights' size overflows");
+	if (bytes > len)
+		return bad(m, "the header describes more weights than the "
+			      "file holds");
+	p = (const float *)((const char *)data + HEADER_BYTES);
+	m->w.token_embedding = p;
+	p += V * d;
+	m->w.rms_att = p;
+	p += L * d;
+	m->w.wq = p;
+	p += L * d * d;
+	m->w.wk = p;
+	p += L * d * kvd;
+	m->w.wv = p;
+	p += L * d * kvd;
+	m->w.wo = p;
+	p += L * d * d;
+	m->w.rms_ffn = p;
+	p += L * d;
+	m->w.w1 = p;
+	p += L * d * hid;
+	m->w.w2 = p;
+	p += L * hid * d;
+	m->w.w3 = p;
+	p += L * d * hid;
+	m->w.rms_final = p;
+	p += d;
+	p += (uint64_t)c->seq_len * (uint64_t)m->head_size; /* unused */
+	m->w.wcls = shared ? m->w.token_embedding : p;
+	return 0;
+}
 
 int sbm_load(struct sbm_model *m, const char *path)
 {
-	struct stat sb;
-	const float *p;
-	size_t need, hs, kvd, L;
-	int fd, shared;
+	uint64_t size;
+	void *map;
+	int fd, r;
 
 	memset(m, 0, sizeof(*m));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = sbc_open_regular(path, &size);
 	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &sb) < 0 || (size_t)sb.st_size < 7 * sizeof(int)) {
+		return fd;
+	if (size < HEADER_BYTES || size > SIZE_MAX) {
 		close(fd);
-		return -EINVAL;
+		return bad(m, "shorter than the 28-byte header");
 	}
-	m->map_len = (size_t)sb.st_size;
-	m->map = mmap(NULL, m->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
+	map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+	r = -errno;
 	close(fd);
-	if (m->map == MAP_FAILED) {
-		m->map = NULL;
-		return -errno;
+	if (map == MAP_FAILED)
+		return r;
+	r = sbm_bind(m, map, (size_t)size);
+	if (r < 0) {
+		munmap(map, (size_t)size);
+		return r;
 	}
-	memcpy(&m->c, m->map, sizeof(m->c));
-	/* A positive vocab_size means the classifier shares the embedding. */
-	shared = m->c.vocab_size > 0;
-	m->c.vocab_size = abs(m->c.vocab_size);
-	if (m->c.dim <= 0 || m->c.n_heads <= 0 || m->c.n_kv_heads <= 0 ||
-	    m->c.dim % m->c.n_heads || m->c.n_heads % m->c.n_kv_heads ||
-	    m->c.n_layers <= 0 || m->c.hidden_dim <= 0 ||
-	    m->c.vocab_size <= 0 || m->c.seq_len <= 0 ||
-	    (m->c.dim / m->c.n_heads) % 2)
-		goto bad;
-	m->head_size = m->c.dim / m->c.n_heads;
-	m->kv_dim = m->c.dim * m->c.n_kv_heads / m->c.n_heads;
-	hs = (size_t)m->head_size;
-	kvd = (size_t)m->kv_dim;
-	L = (size_t)m->c.n_layers;
-	need = (size_t)m->c.vocab_size * m->c.dim +
-	       L * ((size_t)m->c.dim * 2 + (size_t)m->c.dim * m->c.dim * 2 +
-		    (size_t)m->c.dim * kvd * 2 +
-		    (size_t)m->c.dim * m->c.hidden_dim * 3) +
-	       (size_t)m->c.dim + (size_t)m->c.seq_len * hs +
-	       (shared ? 0 : (size_t)m->c.vocab_size * m->c.dim);
-	if (7 * sizeof(int) + need * sizeof(float) > m->map_len)
-		goto bad;
-	p = (const float *)((const char *)m->map + 7 * sizeof(int));
-	m->w.token_embedding = p;
-	p += (size_t)m->c.vocab_size * m->c.dim;
-	m->w.rms_att = p;
-	p += L * m->c.dim;
-	m->w.wq = p;
-	p += L * m->c.dim * m->c.dim;
-	m->w.wk = p;
-	p += L * m->c.dim * kvd;
-	m->w.wv = p;
-	p += L * m->c.dim * kvd;
-	m->w.wo = p;
-	p += L * m->c.dim * m->c.dim;
-	m->w.rms_ffn = p;
-	p += L * m->c.dim;
-	m->w.w1 = p;
-	p += L * m->c.dim * m->c.hidden_dim;
-	m->w.w2 = p;
-	p += L * m->c.hidden_dim * m->c.dim;
-	m->w.w3 = p;
-	p += L * m->c.dim * m->c.hidden_dim;
-	m->w.rms_final = p;
-	p += m->c.dim;
-	p += (size_t)m->c.seq_len * hs;	/* freq_cis_real, _imag: unused */
-	m->w.wcls = shared ? m->w.token_embedding : p;
+	m->map = map;
+	m->map_len = (size_t)size;
 	return 0;
-bad:
-	munmap(m->map, m->map_len);
-	m->map = NULL;
-	return -EINVAL;
 }
 
 void sbm_unload(struct sbm_model *m)
@@ -150,10 +203,17 @@ struct sbm_session *sbm_session_new(const struct sbm_model *m,
 		sbm_session_free(s);
 		return fail(err, -ENOMEM);
 	}
+	/* Per K or V: (n_layers, max_ctx, kv_dim); a checkpoint with a huge
+	 * seq_len must fail here, not wrap. */
+	if (__builtin_mul_overflow((size_t)m->c.n_layers, max_ctx,
+				   &s->dense_bytes) ||
+	    __builtin_mul_overflow(s->dense_bytes, (size_t)m->kv_dim * elt,
+				   &s->dense_bytes)) {
+		sbm_session_free(s);
+		return fail(err, -ENOMEM);
+	}
 	if (kind == SBM_KV_DENSE) {
 		/* llama.cpp: the whole context allocated and zeroed now. */
-		s->dense_bytes = (size_t)m->c.n_layers * max_ctx *
-				 (size_t)m->kv_dim * elt;
 		s->dense_k = malloc(s->dense_bytes);
 		s->dense_v = malloc(s->dense_bytes);
 		if (!s->dense_k || !s->dense_v) {
@@ -183,8 +243,6 @@ struct sbm_session *sbm_session_new(const struct sbm_model *m,
 			sbm_session_free(s);
 			return fail(err, e);
 		}
-		s->dense_bytes = (size_t)m->c.n_layers * max_ctx *
-				 (size_t)m->kv_dim * elt;
 	}
 	return s;
 }
@@ -370,6 +428,10 @@ int sbm_forward(struct sbm_session **ss, const int *tokens, int n)
 int sbm_sampler_init(struct sbm_sampler *sp, int vocab, float temperature,
 		     float topp, unsigned long long seed)
 {
+	sp->probindex = NULL;
+	if (vocab < 1 || !isfinite(temperature) || temperature < 0 ||
+	    !isfinite(topp))
+		return -EINVAL;
 	sp->vocab = vocab;
 	sp->temperature = temperature;
 	sp->topp = topp;
@@ -416,6 +478,9 @@ static int cmp_prob(const void *a, const void *b)
 	return x > y ? -1 : x < y;
 }
 
+/* run.c's nucleus sampling. Every index it reads was written: with NaN
+ * probabilities, or a cutoff nothing reaches, no token passes the cut and
+ * the argmax stands in (run.c read probindex[-1] there). */
 static int sample_topp(struct sbm_sampler *sp, const float *p, float coin)
 {
 	int n0 = 0, last;
@@ -429,6 +494,8 @@ static int sample_topp(struct sbm_sampler *sp, const float *p, float coin)
 			n0++;
 		}
 	}
+	if (n0 == 0)
+		return sbk_argmax(p, sp->vocab);
 	qsort(sp->probindex, (size_t)n0, sizeof(*sp->probindex), cmp_prob);
 	last = n0 - 1;
 	for (int i = 0; i < n0; i++) {
@@ -450,58 +517,139 @@ static int sample_topp(struct sbm_sampler *sp, const float *p, float coin)
 int sbm_sample(struct sbm_sampler *sp, float *logits)
 {
 	float coin;
+	int best;
+	bool finite = true;
 
-	if (sp->temperature == 0.0f)
+	/* !(t > 0): a sampler set up by hand with a NaN is greedy too. */
+	if (!(sp->temperature > 0.0f))
 		return sbk_argmax(logits, sp->vocab);
-	for (int q = 0; q < sp->vocab; q++)
+	/* Division by a tiny temperature overflows to infinities, and the
+	 * softmax of those is NaN: the distribution's limit is the argmax,
+	 * taken before dividing (the order survives it, ties do not). Logits
+	 * already NaN or infinite have no distribution: the argmax (which
+	 * skips NaN) too. */
+	best = sbk_argmax(logits, sp->vocab);
+	for (int q = 0; q < sp->vocab; q++) {
 		logits[q] /= sp->temperature;
+		finite = finite && isfinite(logits[q]);
+	}
+	if (!finite)
+		return best;
 	sbk_softmax(logits, sp->vocab);
 	coin = random_f32(&sp->rng);
-	if (sp->topp <= 0 || sp->topp >= 1)
+	if (!(sp->topp > 0 && sp->topp < 1))
 		return sample_mult(logits, sp->vocab, coin);
 	return sample_topp(sp, logits, coin);
 }
 
 /* ---- tokenizer (run.c) ----------------------------------------------------- */
 
-int sbm_tokenizer_load(struct sbm_tokenizer *t, const char *path,
-		       int vocab_size)
+static int tok_bad(struct sbm_tokenizer *t, const char *why)
 {
-	FILE *f = fopen(path, "rb");
-	int max_len, len, r = -EINVAL;
+	sbm_tokenizer_free(t);
+	t->why = why;
+	return -EBADMSG;
+}
+
+int sbm_tokenizer_parse(struct sbm_tokenizer *t, const void *data, size_t len,
+			int vocab_size)
+{
+	const unsigned char *p = data, *end = p + len;
+	int len_i;
 
 	memset(t, 0, sizeof(*t));
-	if (!f)
-		return -errno;
+	if (vocab_size < 1 || (!data && len))
+		return -EINVAL;
+	if (len < sizeof(int))
+		return tok_bad(t, "shorter than its 4-byte header");
+	memcpy(&t->max_token_length, p, sizeof(int));
+	p += sizeof(int);
+	if (t->max_token_length < 1 ||
+	    t->max_token_length > SBM_MAX_TOKEN_LENGTH)
+		return tok_bad(t, "max_token_length out of range");
+	/* Each entry takes at least 8 bytes: a file too short for the
+	 * model's vocabulary is refused before anything is allocated. */
+	if ((size_t)(end - p) / 8 < (size_t)vocab_size)
+		return tok_bad(t, "fewer tokens than the model's vocabulary");
 	t->vocab_size = vocab_size;
 	t->vocab = calloc((size_t)vocab_size, sizeof(*t->vocab));
 	t->scores = calloc((size_t)vocab_size, sizeof(*t->scores));
 	if (!t->vocab || !t->scores) {
-		r = -ENOMEM;
-		goto out;
+		sbm_tokenizer_free(t);
+		return -ENOMEM;
 	}
 	for (int i = 0; i < 256; i++) {
 		t->byte_pieces[i * 2] = (unsigned char)i;
 		t->byte_pieces[i * 2 + 1] = 0;
 	}
-	if (fread(&max_len, sizeof(int), 1, f) != 1)
-		goto out;
 	for (int i = 0; i < vocab_size; i++) {
-		if (fread(&t->scores[i], sizeof(float), 1, f) != 1 ||
-		    fread(&len, sizeof(int), 1, f) != 1 || len < 0 ||
-		    len > 1 << 16)
-			goto out;
-		t->vocab[i] = malloc((size_t)len + 1);
-		if (!t->vocab[i] || fread(t->vocab[i], 1, (size_t)len, f) !=
-					    (size_t)len)
-			goto out;
-		t->vocab[i][len] = 0;
+		if ((size_t)(end - p) < sizeof(float) + sizeof(int))
+			return tok_bad(t, "truncated");
+		memcpy(&t->scores[i], p, sizeof(float));
+		memcpy(&len_i, p + sizeof(float), sizeof(int));
+		p += sizeof(float) + sizeof(int);
+		if (!isfinite(t->scores[i]))
+			return tok_bad(t, "a score is not a finite number");
+		if (len_i < 0 || len_i > t->max_token_length)
+			return tok_bad(t, "a token is longer than "
+					  "max_token_length, or negative");
+		if ((size_t)(end - p) < (size_t)len_i)
+			return tok_bad(t, "truncated");
+		t->vocab[i] = malloc((size_t)len_i + 1);
+		if (!t->vocab[i]) {
+			sbm_tokenizer_free(t);
+			return -ENOMEM;
+		}
+		memcpy(t->vocab[i], p, (size_t)len_i);
+		t->vocab[i][len_i] = 0;
+		p += len_i;
 	}
-	r = 0;
-out:
-	fclose(f);
-	if (r < 0)
-		sbm_tokenizer_free(t);
+	return 0;
+}
+
+int sbm_tokenizer_load(struct sbm_tokenizer *t, const char *path,
+		       int vocab_size)
+{
+	uint64_t size, cap;
+	unsigned char *buf;
+	size_t got = 0;
+	int fd, r;
+
+	memset(t, 0, sizeof(*t));
+	if (vocab_size < 1)
+		return -EINVAL;
+	fd = sbc_open_regular(path, &size);
+	if (fd < 0)
+		return fd;
+	/* Read no more than the largest file the vocabulary can use (what
+	 * follows is ignored anyway). */
+	cap = sizeof(int) + (uint64_t)vocab_size *
+				    (sizeof(float) + sizeof(int) +
+				     SBM_MAX_TOKEN_LENGTH);
+	if (size > cap)
+		size = cap;
+	buf = malloc(size ? (size_t)size : 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	for (r = 0; got < size;) {
+		ssize_t n = read(fd, buf + got, (size_t)size - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			r = -errno;
+			break;
+		}
+		if (n == 0)
+			break;	/* shrunk meanwhile: parse what is there */
+		got += (size_t)n;
+	}
+	close(fd);
+	if (!r)
+		r = sbm_tokenizer_parse(t, buf, got, vocab_size);
+	free(buf);
 	return r;
 }
 

@@ -46,9 +46,14 @@ struct sbm_model {
 	struct sbm_config c;
 	struct sbm_weights w;
 	int head_size, kv_dim;
-	void *map;	/* the checkpoint, memory-mapped */
+	void *map;	/* the checkpoint, memory-mapped by sbm_load */
 	size_t map_len;
+	const char *why; /* after -EBADMSG: which check the file failed */
 };
+
+/* What the forward pass can run: its K/V scratch rows, the kernels'. */
+#define SBM_MAX_KV_DIM 8192
+#define SBM_MAX_HEAD_DIM SBK_MAX_HEAD_DIM
 
 enum sbm_kv_kind { SBM_KV_DENSE, SBM_KV_SPARSE };
 
@@ -65,8 +70,24 @@ struct sbm_session {
 	float *x, *xb, *xb2, *hb, *hb2, *q, *logits;	/* one token */
 };
 
-/* Load a llama2.c checkpoint (memory-mapped). Returns 0 or -errno (-EINVAL
- * for a file that is not a checkpoint). */
+/*
+ * The checkpoint loaders, safe on any input (tests/test_cli.c crafts bad
+ * ones; a fuzzer may call sbm_bind() on its data). Every header field is
+ * checked (positive, divisible as the geometry needs, within what the
+ * forward pass runs: head size even and <= SBM_MAX_HEAD_DIM, kv_dim <=
+ * SBM_MAX_KV_DIM) and the weights it implies, computed with overflow
+ * checks, must lie within the file.
+ *
+ * sbm_bind: the checkpoint in memory [data, data + len), data 4-byte
+ * aligned; m points into it (sbm_unload leaves it alone). Returns 0,
+ * -EINVAL (NULL or misaligned data), -EBADMSG (not a llama2.c checkpoint
+ * or inconsistent with its size: m->why says which check failed).
+ *
+ * sbm_load: the file at path, memory-mapped. Returns 0 or -errno: -EINVAL
+ * when path is not a regular file (a FIFO is refused without blocking),
+ * -EISDIR, -EBADMSG as sbm_bind, the open(2)/mmap(2) error.
+ */
+int sbm_bind(struct sbm_model *m, const void *data, size_t len);
 int sbm_load(struct sbm_model *m, const char *path);
 void sbm_unload(struct sbm_model *m);
 
@@ -92,7 +113,12 @@ size_t sbm_kv_dense_bytes(const struct sbm_session *s);
 
 /* llama2.c's sampler: temperature 0 is greedy (argmax); otherwise softmax
  * of logits / temperature, then top-p (nucleus) sampling with topp in
- * (0, 1), else plain multinomial. Same xorshift generator as run.c. */
+ * (0, 1), else plain multinomial. Same xorshift generator as run.c.
+ * sbm_sampler_init returns 0, -ENOMEM, or -EINVAL (vocab < 1, temperature
+ * negative or not finite, topp not finite). sbm_sample returns a token in
+ * [0, vocab) whatever the logits hold (NaN, infinities) and however small
+ * the temperature: when logits / temperature overflows, the limit of the
+ * distribution (the argmax) is what it samples. */
 struct sbm_sampler {
 	float temperature, topp;
 	unsigned long long rng;
@@ -113,9 +139,29 @@ struct sbm_tokenizer {
 	char **vocab;
 	float *scores;
 	int vocab_size;
+	int max_token_length;
 	unsigned char byte_pieces[512];
+	const char *why; /* after -EBADMSG: what is wrong with the file */
 };
 
+/* The longest token a tokenizer file may declare. */
+#define SBM_MAX_TOKEN_LENGTH 65536
+
+/*
+ * A tokenizer file: max_token_length (int, 1..SBM_MAX_TOKEN_LENGTH), then
+ * vocab_size entries of score (finite float), length (int, 0 to
+ * max_token_length) and that many bytes; what follows is ignored.
+ *
+ * sbm_tokenizer_parse: the file's bytes in memory [data, data + len).
+ * Returns 0, -EINVAL (vocab_size < 1), -ENOMEM, -EBADMSG (truncated or
+ * out of range: t->why says which). Nothing to free on failure.
+ *
+ * sbm_tokenizer_load: the file at path. As sbm_tokenizer_parse, and -EINVAL
+ * when path is not a regular file (a FIFO is refused without blocking),
+ * -EISDIR, the open(2)/read(2) error.
+ */
+int sbm_tokenizer_parse(struct sbm_tokenizer *t, const void *data, size_t len,
+			int vocab_size);
 int sbm_tokenizer_load(struct sbm_tokenizer *t, const char *path,
 		       int vocab_size);
 void sbm_tokenizer_free(struct sbm_tokenizer *t);

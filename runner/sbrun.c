@@ -5,11 +5,17 @@
  *   sbrun CHECKPOINT [-n STEPS] [-t TEMPERATURE] [-s SEED] [-z TOKENIZER]
  *         [--kv dense|sparse] [--ids] [--prompt-ids 1,2,3] [--stats]
  *         [-p TOPP] [--kv-dtype f32|f16|bf16] [--sessions N]
+ *   sbrun --help | --version
  *
  * Generation starts from BOS (1) followed by the prompt ids; STEPS counts
  * positions as llama2.c's run.c -n does (BOS and the prompt included,
- * default 256, at most the model's seq_len); it stops there or when BOS is
- * sampled. Temperature 0 is greedy and deterministic.
+ * default 256, 0 or more than the model's seq_len: seq_len); it stops
+ * there or when BOS is sampled. Temperature (0 to 100) 0 is greedy and
+ * deterministic; top-p is in [0, 1]. Values are parsed strictly (common/
+ * cli.h): "-n abc", "-t nan" or "-p 2" end sbrun with status 2 before it
+ * loads anything. The checkpoint and the tokenizer must be regular files
+ * whose every header field checks out (runner/model.h); anything else is
+ * refused with status 1.
  *
  * --ids prints the generated ids (not BOS, not the prompt) on one line of
  * stdout and nothing else there. Without it stdout gets the text when -z
@@ -20,27 +26,15 @@
  * SEED + i; --ids prints one line per session.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "cli.h"
 #include "model.h"
 
 #define MAX_SESSIONS 64
-
-static void usage(void)
-{
-	fprintf(stderr,
-		"usage: sbrun CHECKPOINT [-n STEPS] [-t TEMPERATURE] [-s SEED] "
-		"[-z TOKENIZER]\n"
-		"             [--kv dense|sparse] [--ids] [--prompt-ids 1,2,3] "
-		"[--stats]\n"
-		"             [-p TOPP] [--kv-dtype f32|f16|bf16] "
-		"[--sessions N]\n");
-	exit(2);
-}
 
 static double now_s(void)
 {
@@ -50,45 +44,82 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int parse_ids(const char *s, int **out)
+/* The ids of --prompt-ids: as many as there are commas and one. */
+static int parse_ids(const struct sbc *c, const char *s, int **out)
 {
-	int n = 0, cap = 16, *v = malloc((size_t)cap * sizeof(int));
-	char *end;
+	long long *v;
+	int n = 1, *ids;
 
-	while (v && *s) {
-		long x = strtol(s, &end, 10);
-
-		if (end == s || x < 0 || x > 1 << 24)
-			goto bad;
-		if (n == cap && !(v = realloc(v, (size_t)(cap *= 2) *
-						     sizeof(int))))
-			return -1;
-		v[n++] = (int)x;
-		s = end;
-		if (*s == ',')
-			s++;
-		else if (*s)
-			goto bad;
+	for (const char *p = s; *p; p++)
+		n += *p == ',';
+	v = malloc((size_t)n * sizeof(*v));
+	ids = malloc((size_t)n * sizeof(*ids));
+	if (!v || !ids) {
+		fprintf(stderr, "sbrun: out of memory\n");
+		exit(1);
 	}
-	*out = v;
-	return n;
-bad:
+	n = sbc_list(c, s, 0, 1 << 24, v, n);
+	for (int i = 0; i < n; i++)
+		ids[i] = (int)v[i];
 	free(v);
-	return -1;
+	free(*out);
+	*out = ids;
+	return n;
 }
+
+/* A loader's error, as someone running sbrun needs it. */
+static void load_error(const char *path, int r, const char *what,
+		       const char *why)
+{
+	if (r == -EINVAL)
+		fprintf(stderr, "sbrun: %s: not a regular file\n", path);
+	else if (r == -EBADMSG)
+		fprintf(stderr, "sbrun: %s: not a llama2.c %s: %s\n", path,
+			what, why ? why : "?");
+	else
+		fprintf(stderr, "sbrun: %s: %s\n", path, strerror(-r));
+}
+
+enum {
+	OPT_STEPS = 'n', OPT_TEMP = 't', OPT_SEED = 's', OPT_TOK = 'z',
+	OPT_TOPP = 'p', OPT_KV = 256, OPT_IDS, OPT_PROMPT, OPT_STATS,
+	OPT_DTYPE, OPT_SESSIONS,
+};
+
+static const struct sbc_opt opts[] = {
+	{OPT_STEPS, "-n", "STEPS", "positions to run, BOS and the prompt "
+				   "included (default 256; 0: seq_len)"},
+	{OPT_TEMP, "-t", "TEMPERATURE", "0 to 100; 0 is greedy (default 1)"},
+	{OPT_TOPP, "-p", "TOPP", "top-p in [0, 1]; 0 or 1: plain sampling "
+				 "(default 0.9)"},
+	{OPT_SEED, "-s", "SEED", "random seed (default 0: the time)"},
+	{OPT_TOK, "-z", "TOKENIZER", "llama2.c tokenizer file: print text"},
+	{OPT_KV, "--kv", "dense|sparse", "KV cache kind (default sparse)"},
+	{OPT_DTYPE, "--kv-dtype", "f32|f16|bf16", "KV cache element type "
+						  "(default f32)"},
+	{OPT_PROMPT, "--prompt-ids", "1,2,3", "prompt token ids after BOS"},
+	{OPT_SESSIONS, "--sessions", "N", "fork N sessions (1..64) from the "
+					  "prompt (sparse only)"},
+	{OPT_IDS, "--ids", NULL, "print the generated ids, not text"},
+	{OPT_STATS, "--stats", NULL, "print KV bytes, faults and tokens/s "
+				     "to stderr"},
+	{0},
+};
 
 int main(int argc, char **argv)
 {
-	static const struct option longs[] = {
-		{"kv", required_argument, NULL, 'k'},
-		{"ids", no_argument, NULL, 'i'},
-		{"prompt-ids", required_argument, NULL, 'P'},
-		{"stats", no_argument, NULL, 'S'},
-		{"kv-dtype", required_argument, NULL, 'd'},
-		{"sessions", required_argument, NULL, 'N'},
-		{NULL, 0, NULL, 0},
+	static const char *const kinds[] = {"dense", "sparse", NULL};
+	static const char *const dtypes[] = {"f32", "f16", "bf16", NULL};
+	static const enum sbk_dtype dtype_of[] = {SBK_F32, SBK_F16, SBK_BF16};
+	struct sbc cli = {
+		.prog = "sbrun",
+		.usage = "CHECKPOINT [options]",
+		.about = "Generate with a llama2.c checkpoint, the KV cache on "
+			 "sparsebuf. Without -z or with --ids,\nstdout gets "
+			 "the generated ids; with -z the text.",
+		.opts = opts,
 	};
-	const char *ckpt, *tokpath = NULL;
+	const char *ckpt = NULL, *tokpath = NULL, *val;
 	int steps = 256, ids = 0, stats = 0, nsess = 1, nprompt = 0, opt, r;
 	int *prompt = NULL;
 	float temperature = 1.0f, topp = 0.9f;
@@ -106,57 +137,61 @@ int main(int argc, char **argv)
 	long tokens_run = 0, tokens_decode = 0;
 	float *first_logits;
 
-	while ((opt = getopt_long(argc, argv, "n:t:s:z:p:", longs, NULL)) !=
-	       -1) {
+	sbc_init(&cli, argc, argv);
+	while ((opt = sbc_next(&cli, &val)) != SBC_END) {
 		switch (opt) {
-		case 'n': steps = atoi(optarg); break;
-		case 't': temperature = strtof(optarg, NULL); break;
-		case 's': seed = strtoull(optarg, NULL, 10); break;
-		case 'z': tokpath = optarg; break;
-		case 'p': topp = strtof(optarg, NULL); break;
-		case 'i': ids = 1; break;
-		case 'S': stats = 1; break;
-		case 'N': nsess = atoi(optarg); break;
-		case 'k':
-			if (!strcmp(optarg, "dense"))
-				kind = SBM_KV_DENSE;
-			else if (!strcmp(optarg, "sparse"))
-				kind = SBM_KV_SPARSE;
-			else
-				usage();
+		case SBC_ARG:
+			if (ckpt)
+				sbc_fail(&cli, "one CHECKPOINT expected, "
+					 "'%s' is a second", val);
+			ckpt = val;
 			break;
-		case 'd':
-			if (!strcmp(optarg, "f32"))
-				dtype = SBK_F32;
-			else if (!strcmp(optarg, "f16"))
-				dtype = SBK_F16;
-			else if (!strcmp(optarg, "bf16"))
-				dtype = SBK_BF16;
-			else
-				usage();
+		case OPT_STEPS:
+			steps = (int)sbc_int(&cli, val, 0, 1 << 30);
 			break;
-		case 'P':
-			nprompt = parse_ids(optarg, &prompt);
-			if (nprompt < 0) {
-				fprintf(stderr, "sbrun: bad --prompt-ids\n");
-				return 2;
-			}
+		case OPT_TEMP:
+			temperature = (float)sbc_double(&cli, val, 0, 100);
 			break;
-		default:
-			usage();
+		case OPT_TOPP:
+			topp = (float)sbc_double(&cli, val, 0, 1);
+			break;
+		case OPT_SEED:
+			seed = sbc_u64(&cli, val, 0, UINT64_MAX);
+			break;
+		case OPT_TOK:
+			tokpath = val;
+			break;
+		case OPT_KV:
+			kind = sbc_choice(&cli, val, kinds) ? SBM_KV_SPARSE
+							    : SBM_KV_DENSE;
+			break;
+		case OPT_DTYPE:
+			dtype = dtype_of[sbc_choice(&cli, val, dtypes)];
+			break;
+		case OPT_PROMPT:
+			nprompt = parse_ids(&cli, val, &prompt);
+			break;
+		case OPT_SESSIONS:
+			nsess = (int)sbc_int(&cli, val, 1, MAX_SESSIONS);
+			break;
+		case OPT_IDS:
+			ids = 1;
+			break;
+		case OPT_STATS:
+			stats = 1;
+			break;
 		}
 	}
-	if (optind != argc - 1 || temperature < 0 || nsess < 1 ||
-	    nsess > MAX_SESSIONS || (nsess > 1 && kind != SBM_KV_SPARSE))
-		usage();
-	ckpt = argv[optind];
+	if (!ckpt)
+		sbc_fail(&cli, "no CHECKPOINT given");
+	if (nsess > 1 && kind != SBM_KV_SPARSE)
+		sbc_fail(&cli, "--sessions needs --kv sparse");
+
 	if (!seed)
 		seed = (unsigned long long)time(NULL);
 	r = sbm_load(&m, ckpt);
 	if (r < 0) {
-		fprintf(stderr, "sbrun: %s: %s\n", ckpt,
-			r == -EINVAL ? "not a llama2.c checkpoint"
-				     : strerror(-r));
+		load_error(ckpt, r, "checkpoint", m.why);
 		return 1;
 	}
 	for (int i = 0; i < nprompt; i++) {
@@ -170,7 +205,7 @@ int main(int argc, char **argv)
 		steps = m.c.seq_len;
 	if (tokpath && (r = sbm_tokenizer_load(&tok, tokpath,
 					       m.c.vocab_size)) < 0) {
-		fprintf(stderr, "sbrun: %s: %s\n", tokpath, strerror(-r));
+		load_error(tokpath, r, "tokenizer for this model", tok.why);
 		return 1;
 	}
 	first_logits = malloc((size_t)m.c.vocab_size * sizeof(float));
@@ -182,9 +217,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	for (int i = 0; i < nsess; i++) {
-		if (sbm_sampler_init(&sp[i], m.c.vocab_size, temperature, topp,
-				     seed + (unsigned long long)i) < 0)
+		r = sbm_sampler_init(&sp[i], m.c.vocab_size, temperature, topp,
+				     seed + (unsigned long long)i);
+		if (r < 0) {
+			fprintf(stderr, "sbrun: sampler: %s\n", strerror(-r));
 			return 1;
+		}
 		out[i] = malloc((size_t)steps * sizeof(int));
 		if (!out[i])
 			return 1;
