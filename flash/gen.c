@@ -32,6 +32,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "file.h"
+#include "model.h"
 #include "sbkernels.h"
 
 #define DIRS 4 /* subspace directions per neuron */
@@ -430,6 +432,34 @@ static void progress(const struct sbf_gen_opts *o, uint32_t done,
 		fputc('\n', stderr);
 }
 
+int sbf_gen_check(const struct sbf_gen_opts *o, const char **why)
+{
+	struct sbf_header h;
+	const char *w = NULL;
+
+	if (o->rank < DIRS || o->rank > o->dim)
+		w = "the rank must be at least 4 and at most dim";
+	else if (!(o->active > 0 && o->active < 1))
+		w = "the active fraction must be in (0, 1)";
+	else if (!isfinite(o->margin) || !isfinite(o->noise) ||
+		 o->noise < 0)
+		w = "margin and noise must be finite, noise >= 0";
+	if (w) {
+		if (why)
+			*why = w;
+		return -EINVAL;
+	}
+	/* The rest is what a reader checks (before sbf_layout(), which is
+	 * exact only within the geometry's bounds). */
+	memset(&h, 0, sizeof(h));
+	h.dim = o->dim, h.n_layers = o->n_layers, h.hidden = o->hidden;
+	h.n_heads = o->n_heads, h.n_kv_heads = o->n_kv_heads;
+	h.vocab = o->vocab, h.rank = o->rank;
+	if (sbf_geometry_check(&h, why) < 0)
+		return -EINVAL;
+	return 0;
+}
+
 int sbf_generate(const char *path, const struct sbf_gen_opts *o,
 		 struct sbf_header *out)
 {
@@ -439,13 +469,11 @@ int sbf_generate(const char *path, const struct sbf_gen_opts *o,
 	uint64_t d, kv, lf, off;
 	float *res = NULL, *first_res = NULL;
 	char *ffn = NULL, *first_ffn = NULL;
+	struct sbc_out of;
 	int fd, err = 0;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 
-	if (!o->dim || !o->n_layers || !o->hidden || !o->n_heads ||
-	    !o->n_kv_heads || !o->vocab || !o->rank || o->dim % o->n_heads ||
-	    o->n_heads % o->n_kv_heads || o->rank > o->dim ||
-	    o->rank < DIRS || o->active <= 0 || o->active >= 1)
+	if (sbf_gen_check(o, NULL) < 0)
 		return -EINVAL;
 	if (oo.threads <= 0)
 		oo.threads = ncpu > 0 ? (int)ncpu : 1;
@@ -492,11 +520,12 @@ int sbf_generate(const char *path, const struct sbf_gen_opts *o,
 		err = -ENOMEM;
 		goto out;
 	}
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		err = -errno;
+	/* A new file beside path, renamed over it once complete: what path
+	 * named stays intact until then, and is never unlinked. */
+	err = sbc_out_open(&of, path, 0644);
+	if (err < 0)
 		goto out;
-	}
+	fd = of.fd;
 	basis_fill(&g);
 
 	/* Embeddings. */
@@ -564,28 +593,13 @@ int sbf_generate(const char *path, const struct sbf_gen_opts *o,
 		err = -errno;
 	/* Leave the page cache as a reader would find it: cold. */
 	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-	if (close(fd) < 0 && !err)
-		err = -errno;
-	if (err)
-		unlink(path);
-	else if (out)
+	if (!err)
+		err = sbc_out_commit(&of);
+	else
+		sbc_out_abort(&of);
+	if (!err && out)
 		*out = h;
 out:
 	free(g.basis), free(res), free(ffn), free(first_res), free(first_ffn);
 	return err;
-}
-
-uint64_t sbf_parse_size(const char *s)
-{
-	char *e;
-	double v = strtod(s, &e);
-
-	switch (*e) {
-	case 'k': case 'K': v *= 1024; break;
-	case 'm': case 'M': v *= 1024.0 * 1024; break;
-	case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
-	case 't': case 'T': v *= 1024.0 * 1024 * 1024 * 1024; break;
-	default: break;
-	}
-	return (uint64_t)v;
 }

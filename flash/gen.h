@@ -21,13 +21,20 @@ struct sbf_gen_opts {
  * else 1024; hidden 6 * dim; layers to fill the size). */
 void sbf_gen_defaults(struct sbf_gen_opts *o, uint64_t model_bytes);
 
+/* Whether o makes a checkpoint sbf_header_check() accepts (the geometry
+ * divides and is within its bounds, rank in [4, dim], active in (0, 1),
+ * margin and noise finite). 0 or -EINVAL with *why saying what is wrong. */
+int sbf_gen_check(const struct sbf_gen_opts *o, const char **why);
+
 /* Write the checkpoint to path; the header (with the measured sparsity,
- * recall and precision) in *out when not NULL. 0 or -errno. */
+ * recall and precision) in *out when not NULL. The file is written under
+ * a temporary name (common/file.h) and renamed to path only when complete:
+ * a failure or a kill leaves what path named before intact, and nothing
+ * but the temporary is ever removed. 0 or -errno: -EINVAL (o fails
+ * sbf_gen_check), -EEXIST (path exists and is not a regular file: it is
+ * left alone), -ENOMEM, the errors of creating and writing a file beside
+ * path. */
 int sbf_generate(const char *path, const struct sbf_gen_opts *o,
 		 struct sbf_header *out);
-
-/* A size from the command line: a number with an optional K, M, G or T
- * suffix (powers of 1024; "4.5G" is fine). */
-uint64_t sbf_parse_size(const char *s);
 
 #endif /* SBFLASH_GEN_H */

@@ -6,37 +6,107 @@
 #include "model.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "sbkernels.h"
 
 #define EPS 1e-5f
 
-int sbf_header_read(int fd, struct sbf_header *h)
+static int bad(const char **why, const char *what)
+{
+	if (why)
+		*why = what;
+	return -EBADMSG;
+}
+
+static int unit_fraction(float x)
+{
+	return x >= 0.0f && x <= 1.0f;	/* false for NaN */
+}
+
+int sbf_geometry_check(const struct sbf_header *h, const char **why)
+{
+	if (!h->dim || !h->n_layers || !h->n_heads || !h->n_kv_heads ||
+	    !h->hidden || !h->vocab || !h->rank)
+		return bad(why, "a dimension is zero");
+	if (h->dim > SBF_MAX_DIM || h->hidden > SBF_MAX_HIDDEN ||
+	    h->vocab > SBF_MAX_VOCAB || h->n_layers > SBF_MAX_LAYERS ||
+	    h->rank > h->dim)
+		return bad(why, "a dimension is too large");
+	if (h->dim % h->n_heads || h->n_kv_heads > h->n_heads ||
+	    h->n_heads % h->n_kv_heads)
+		return bad(why, "dim, n_heads and n_kv_heads do not divide");
+	if ((h->dim / h->n_heads) % 2 || h->dim / h->n_heads > 1024)
+		return bad(why, "head size odd or above 1024");
+	return 0;
+}
+
+int sbf_header_check(const struct sbf_header *h, uint64_t file_bytes,
+		     const char **why)
 {
 	struct sbf_header want;
-	ssize_t n = pread(fd, h, sizeof(*h), 0);
+	int r;
 
-	if (n < 0)
-		return -errno;
-	if ((size_t)n < sizeof(*h) || memcmp(h->magic, SBF_MAGIC, 8) ||
-	    h->version != SBF_VERSION)
-		return -EBADMSG;
-	if (!h->dim || !h->n_layers || !h->n_heads || !h->n_kv_heads ||
-	    !h->hidden || !h->vocab || !h->rank || h->dim % h->n_heads ||
-	    h->n_heads % h->n_kv_heads || (h->dim / h->n_heads) % 2 ||
-	    h->dim / h->n_heads > 1024 || h->dtype != SBK_F16 ||
-	    h->dim > (1u << 16) || h->hidden > (1u << 24))
-		return -EBADMSG;
+	if (memcmp(h->magic, SBF_MAGIC, 8))
+		return bad(why, "no SBFLASH1 magic");
+	if (h->version != SBF_VERSION)
+		return bad(why, "unknown version");
+	if ((r = sbf_geometry_check(h, why)) < 0)
+		return r;
+	if (h->dtype != SBK_F16)
+		return bad(why, "FFN weights not f16");
+	if (!isfinite(h->rope_theta) || !(h->rope_theta > 0) ||
+	    !isfinite(h->pred_margin))
+		return bad(why, "rope_theta or pred_margin not a finite "
+				"number");
+	if (!unit_fraction(h->sparsity) || !unit_fraction(h->recall) ||
+	    !unit_fraction(h->precision) || !unit_fraction(h->predicted))
+		return bad(why, "a measured fraction outside [0, 1]");
+	/* Within the bounds above the layout is below 2^60 bytes: the
+	 * arithmetic of sbf_layout() cannot wrap, and its results must be
+	 * the header's own. */
 	want = *h;
 	sbf_layout(&want);
 	if (want.bundle != h->bundle || want.res_off != h->res_off ||
 	    want.res_bytes != h->res_bytes || want.ffn_off != h->ffn_off ||
 	    want.ffn_bytes != h->ffn_bytes || want.file_bytes != h->file_bytes)
-		return -EBADMSG;
+		return bad(why, "offsets or sizes disagree with the geometry");
+	if (h->file_bytes > file_bytes)
+		return bad(why, "shorter than its header says");
 	return 0;
+}
+
+int sbf_header_read(int fd, struct sbf_header *h, const char **why)
+{
+	struct stat st;
+	ssize_t n = pread(fd, h, sizeof(*h), 0);
+
+	if (n < 0)
+		return -errno;
+	if ((size_t)n < sizeof(*h))
+		return bad(why, "shorter than a header");
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	return sbf_header_check(h, (uint64_t)st.st_size, why);
+}
+
+int sbf_open(const char *path, struct sbf_header *h, const char **why)
+{
+	int fd = sbc_open_regular(path, NULL), r;
+
+	if (fd < 0)
+		return fd;
+	r = sbf_header_read(fd, h, why);
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	return fd;
 }
 
 int sbf_model_bind(struct sbf_model *m, const struct sbf_header *h,
@@ -88,10 +158,15 @@ int sbf_run_init(struct sbf_run *r, const struct sbf_model *m,
 		 const void *ffn, int max_pos)
 {
 	const struct sbf_header *h = &m->h;
-	size_t d = h->dim, kv = sbf_kv_dim(h), H = h->hidden;
-	size_t cache = (size_t)h->n_layers * max_pos * kv * sizeof(float);
+	size_t d = h->dim, kv = sbf_kv_dim(h), H = h->hidden, cache;
 
 	memset(r, 0, sizeof(*r));
+	/* K or V: (n_layers, max_pos, kv_dim) floats. */
+	if (max_pos < 1 ||
+	    __builtin_mul_overflow((size_t)h->n_layers, (size_t)max_pos,
+				   &cache) ||
+	    __builtin_mul_overflow(cache, kv * sizeof(float), &cache))
+		return -EINVAL;
 	r->m = m;
 	r->ffn = ffn;
 	r->max_pos = max_pos;

@@ -23,9 +23,39 @@ struct sbf_model {
 	struct sbf_layer *layer; /* (n_layers) */
 };
 
-/* Read and check the header of an open checkpoint. 0 or -errno (-EBADMSG:
- * not an sbflash checkpoint or inconsistent sizes). */
-int sbf_header_read(int fd, struct sbf_header *h);
+/*
+ * The checkpoint loaders, safe on any input (tests/test_cli.c crafts bad
+ * headers; a fuzzer may call sbf_header_check() on its data).
+ *
+ * sbf_geometry_check: the dimensions alone (positive, dividing, head size
+ * even and <= 1024, rank <= dim, within the bounds below). 0 or -EBADMSG.
+ *
+ * sbf_header_check: h as read from a file of file_bytes bytes. Every field
+ * is checked: the magic and version, the geometry (positive, dividing,
+ * head size even and <= 1024, rank <= dim, and within the bounds below,
+ * which keep every size the format derives far from 64-bit overflow), the
+ * derived offsets and sizes equal to what sbf_layout() computes, the whole
+ * layout within file_bytes, the floats finite (rope_theta > 0, the
+ * measured fractions in [0, 1]). Returns 0 or -EBADMSG with *why (when why
+ * is not NULL) saying which check failed.
+ *
+ * sbf_header_read: the header of an open checkpoint, checked against the
+ * file's size. 0 or -errno (-EBADMSG as above, pread(2)/fstat(2) errors).
+ *
+ * sbf_open: open the checkpoint at path and read its header. Returns the
+ * descriptor (O_CLOEXEC) or -errno: -EINVAL when path is not a regular
+ * file (a FIFO is refused without blocking), -EISDIR, -EBADMSG (*why set),
+ * the open(2) error.
+ */
+#define SBF_MAX_DIM (1u << 16)
+#define SBF_MAX_HIDDEN (1u << 24)
+#define SBF_MAX_VOCAB (1u << 24)
+#define SBF_MAX_LAYERS (1u << 16)
+int sbf_geometry_check(const struct sbf_header *h, const char **why);
+int sbf_header_check(const struct sbf_header *h, uint64_t file_bytes,
+		     const char **why);
+int sbf_header_read(int fd, struct sbf_header *h, const char **why);
+int sbf_open(const char *path, struct sbf_header *h, const char **why);
 
 /* Point m at the weights of the resident section res (res_bytes long). */
 int sbf_model_bind(struct sbf_model *m, const struct sbf_header *h,

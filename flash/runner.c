@@ -277,36 +277,24 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 	uint64_t mn0, mj0, mn1, mj1, io0 = 0, io1 = 0;
 	float *resmem = NULL;
 	char *ffnmem = NULL, *map = MAP_FAILED;
-	const char *ffn;
+	const char *ffn, *why = NULL;
 	int fd, err;
 	double t0;
 
 	memset(res, 0, sizeof(*res));
-	fd = open(o->path, O_RDONLY | O_CLOEXEC);
+	/* A regular file (a FIFO is refused, not waited on) whose header
+	 * checks out, the whole layout within the file (a cut-short file
+	 * would SIGBUS under mmap). */
+	fd = sbf_open(o->path, &h, &why);
 	if (fd < 0) {
-		err = -errno;
-		fprintf(stderr, "sbflash: %s: %s\n", o->path, strerror(errno));
-		return err;
-	}
-	err = sbf_header_read(fd, &h);
-	if (err < 0) {
-		fprintf(stderr, "sbflash: %s: %s\n", o->path, strerror(-err));
-		close(fd);
-		return err;
+		fprintf(stderr, "sbflash: %s: %s%s\n", o->path,
+			fd == -EINVAL	? "not a regular file"
+			: fd == -EBADMSG ? "not an sbflash checkpoint: "
+					 : strerror(-fd),
+			fd == -EBADMSG ? why : "");
+		return fd;
 	}
 	res->h = h;
-	{
-		struct stat st;
-
-		/* A cut-short file would SIGBUS under mmap: refuse it. */
-		if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < h.file_bytes) {
-			fprintf(stderr, "sbflash: %s: shorter than its header "
-				"says (%llu bytes)\n", o->path,
-				(unsigned long long)h.file_bytes);
-			close(fd);
-			return -EBADMSG;
-		}
-	}
 	if (o->steps <= 0 || o->k < 1) {
 		close(fd);
 		return -EINVAL;
@@ -323,7 +311,9 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 		err = read_all(fd, resmem, h.res_bytes, h.res_off);
 		if (err < 0)
 			goto out;
-		sbf_model_bind(&m, &h, resmem);
+		err = sbf_model_bind(&m, &h, resmem);
+		if (err < 0)
+			goto out;
 	}
 	if (o->mode == SBF_MMAP_DENSE || o->mode == SBF_MMAP_SPARSE) {
 		map = mmap(NULL, h.file_bytes, PROT_READ, MAP_SHARED, fd, 0);
@@ -331,10 +321,14 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 			err = -errno;
 			goto out;
 		}
-		if (o->mode == SBF_MMAP_DENSE)
-			sbf_model_bind(&m, &h, (const float *)(map + h.res_off));
-		else if (o->madv_random)
+		if (o->mode == SBF_MMAP_DENSE) {
+			err = sbf_model_bind(&m, &h,
+					     (const float *)(map + h.res_off));
+			if (err < 0)
+				goto out;
+		} else if (o->madv_random) {
 			madvise(map + h.ffn_off, h.ffn_bytes, MADV_RANDOM);
+		}
 	}
 
 	if (o->mode == SBF_RESIDENT) {

@@ -7,6 +7,11 @@
  *           [--budget BYTES] [-k K] [--threads N] [--steps S] [--seed S]
  *           [--release auto|always|never|advise] [--measure] [--logits FILE]
  *           [--madv-normal] [--no-overlap] [--json] [--progress|--no-progress]
+ *   sbflash --help | --version
+ *
+ * Values are parsed strictly (common/cli.h): "--budget abc" or "--steps 0"
+ * end sbflash with status 2 before it reads anything. MODEL must be a
+ * regular file whose header checks out (flash/model.h).
  *
  * The input tokens are a seeded pseudo-random sequence (the same in every
  * mode); the logits of every step can be written to a file (f32, steps x
@@ -18,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gen.h"
+#include "cli.h"
 #include "runner.h"
 #include "sbkernels.h"
 
@@ -30,24 +35,64 @@ static void write_logits(void *ctx, int step, const float *logits, int n)
 			strerror(errno));
 }
 
-static void usage(void)
-{
-	fprintf(stderr,
-		"usage: sbflash MODEL [--mode resident|flash|mmap_dense|"
-		"mmap_sparse] [--budget BYTES]\n"
-		"               [-k K] [--threads N] [--steps S] [--seed S] "
-		"[--release auto|always|never|advise]\n"
-		"               [--measure] [--madv-normal] [--no-overlap] [--logits FILE] [--json] "
-		"[--progress|--no-progress]\n");
-}
+enum {
+	OPT_MODE = 256, OPT_BUDGET, OPT_K, OPT_THREADS, OPT_STEPS, OPT_SEED,
+	OPT_RELEASE, OPT_MEASURE, OPT_LOGITS, OPT_MADV_NORMAL, OPT_NO_OVERLAP,
+	OPT_JSON, OPT_PROGRESS, OPT_NO_PROGRESS,
+};
+
+static const struct sbc_opt opts[] = {
+	{OPT_MODE, "--mode", "resident|flash|mmap_dense|mmap_sparse",
+	 "how the weights are reached (default flash)"},
+	{OPT_BUDGET, "--budget", "SIZE", "memory budget of the process "
+					 "(583M, 2G; default 0: none)"},
+	{OPT_K, "-k", "K", "window: the last K tokens' neurons stay "
+			   "(default 5)"},
+	{OPT_THREADS, "--threads", "N", "kernel threads, 1 to 256 (default "
+					"0: one per CPU)"},
+	{OPT_STEPS, "--steps", "S", "tokens to decode (default 32)"},
+	{OPT_SEED, "--seed", "S", "seed of the input tokens (default 1)"},
+	{OPT_RELEASE, "--release", "auto|always|never|advise",
+	 "what the window does with leavers (default auto)"},
+	{OPT_MEASURE, "--measure", NULL, "resident: also the predictor's "
+					 "recall"},
+	{OPT_LOGITS, "--logits", "FILE", "write every step's logits (f32) to "
+					 "FILE"},
+	{OPT_MADV_NORMAL, "--madv-normal", NULL, "mmap_sparse: keep the "
+						 "kernel's read-around"},
+	{OPT_NO_OVERLAP, "--no-overlap", NULL, "flash: wait for the reads "
+					       "before attention"},
+	{OPT_JSON, "--json", NULL, "one JSON object on stdout"},
+	{OPT_PROGRESS, "--progress", NULL, "progress bar on stderr"},
+	{OPT_NO_PROGRESS, "--no-progress", NULL, "no progress bar"},
+	{0},
+};
 
 int main(int argc, char **argv)
 {
+	static const char *const modes[] = {"resident", "flash", "mmap_dense",
+					    "mmap_sparse", "sparsebuf", NULL};
+	static const enum sbf_mode mode_of[] = {SBF_RESIDENT, SBF_FLASH,
+						SBF_MMAP_DENSE,
+						SBF_MMAP_SPARSE, SBF_FLASH};
+	static const char *const releases[] = {"auto", "always", "never",
+					       "advise", NULL};
+	static const enum sbf_release release_of[] = {
+		SBF_RELEASE_AUTO, SBF_RELEASE_ALWAYS, SBF_RELEASE_NEVER,
+		SBF_RELEASE_ADVISE};
+	struct sbc cli = {
+		.prog = "sbflash",
+		.usage = "MODEL [options]",
+		.about = "Run an sbflash checkpoint (sbgen) in one mode and "
+			 "report speed, bytes read, faults\nand memory "
+			 "(docs/flash.md). MODEL must be a regular file.",
+		.opts = opts,
+	};
 	struct sbf_opts o = {0};
 	struct sbf_result r;
-	const char *logits = NULL;
+	const char *logits = NULL, *v;
 	FILE *lf = NULL;
-	int json = 0, threads = 0, err;
+	int json = 0, threads = 0, err, opt;
 	double bundle_mib;
 
 	o.mode = SBF_FLASH;
@@ -58,77 +103,61 @@ int main(int argc, char **argv)
 	 * 4.1 tok/s against 1.0 with the kernel's read-around). */
 	o.madv_random = 1;
 	o.progress = isatty(2);
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (!strcmp(a, "--json"))
-			json = 1;
-		else if (!strcmp(a, "--no-overlap"))
-			o.no_overlap = 1;
-		else if (!strcmp(a, "--madv-normal"))
-			o.madv_random = 0;
-		else if (!strcmp(a, "--measure"))
+	sbc_init(&cli, argc, argv);
+	while ((opt = sbc_next(&cli, &v)) != SBC_END) {
+		switch (opt) {
+		case SBC_ARG:
+			if (o.path)
+				sbc_fail(&cli, "one MODEL expected, '%s' is a "
+					 "second", v);
+			o.path = v;
+			break;
+		case OPT_MODE:
+			o.mode = mode_of[sbc_choice(&cli, v, modes)];
+			break;
+		case OPT_BUDGET:
+			o.budget = sbc_size(&cli, v, 0, (uint64_t)1 << 60);
+			break;
+		case OPT_K:
+			o.k = (int)sbc_int(&cli, v, 1, 1 << 20);
+			break;
+		case OPT_THREADS:
+			threads = (int)sbc_int(&cli, v, 0, 256);
+			break;
+		case OPT_STEPS:
+			o.steps = (int)sbc_int(&cli, v, 1, 1 << 20);
+			break;
+		case OPT_SEED:
+			o.seed = sbc_u64(&cli, v, 0, UINT64_MAX);
+			break;
+		case OPT_RELEASE:
+			o.release = release_of[sbc_choice(&cli, v, releases)];
+			break;
+		case OPT_MEASURE:
 			o.measure = 1;
-		else if (!strcmp(a, "--progress"))
+			break;
+		case OPT_LOGITS:
+			logits = v;
+			break;
+		case OPT_MADV_NORMAL:
+			o.madv_random = 0;
+			break;
+		case OPT_NO_OVERLAP:
+			o.no_overlap = 1;
+			break;
+		case OPT_JSON:
+			json = 1;
+			break;
+		case OPT_PROGRESS:
 			o.progress = 1;
-		else if (!strcmp(a, "--no-progress"))
+			break;
+		case OPT_NO_PROGRESS:
 			o.progress = 0;
-		else if (a[0] != '-')
-			o.path = a;
-		else if (!v) {
-			usage();
-			return 2;
-		} else {
-			i++;
-			if (!strcmp(a, "--mode")) {
-				if (!strcmp(v, "resident"))
-					o.mode = SBF_RESIDENT;
-				else if (!strcmp(v, "flash") ||
-					 !strcmp(v, "sparsebuf"))
-					o.mode = SBF_FLASH;
-				else if (!strcmp(v, "mmap_dense"))
-					o.mode = SBF_MMAP_DENSE;
-				else if (!strcmp(v, "mmap_sparse"))
-					o.mode = SBF_MMAP_SPARSE;
-				else {
-					usage();
-					return 2;
-				}
-			} else if (!strcmp(a, "--budget"))
-				o.budget = sbf_parse_size(v);
-			else if (!strcmp(a, "-k"))
-				o.k = atoi(v);
-			else if (!strcmp(a, "--threads"))
-				threads = atoi(v);
-			else if (!strcmp(a, "--steps"))
-				o.steps = atoi(v);
-			else if (!strcmp(a, "--seed"))
-				o.seed = strtoull(v, NULL, 0);
-			else if (!strcmp(a, "--logits"))
-				logits = v;
-			else if (!strcmp(a, "--release")) {
-				if (!strcmp(v, "auto"))
-					o.release = SBF_RELEASE_AUTO;
-				else if (!strcmp(v, "always"))
-					o.release = SBF_RELEASE_ALWAYS;
-				else if (!strcmp(v, "never"))
-					o.release = SBF_RELEASE_NEVER;
-				else if (!strcmp(v, "advise"))
-					o.release = SBF_RELEASE_ADVISE;
-				else {
-					usage();
-					return 2;
-				}
-			} else {
-				usage();
-				return 2;
-			}
+			break;
 		}
 	}
-	if (!o.path || o.steps < 1 || o.k < 1) {
-		usage();
-		return 2;
-	}
+	if (!o.path)
+		sbc_fail(&cli, "no MODEL given");
 	if (threads > 0 && sbk_set_threads(threads) < 0) {
 		fprintf(stderr, "sbflash: bad --threads %d\n", threads);
 		return 2;

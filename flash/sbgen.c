@@ -4,9 +4,16 @@
  * print the header of one.
  *
  *   sbgen OUT [--model-bytes N] [--seed S] [--dim D] [--layers L]
- *             [--hidden H] [--vocab V] [--rank R] [--active F]
- *             [--margin M] [--noise X] [--threads T] [--quiet]
+ *             [--hidden H] [--heads N] [--kv-heads N] [--vocab V]
+ *             [--rank R] [--active F] [--margin M] [--noise X]
+ *             [--threads T] [--quiet] [--json]
  *   sbgen --info FILE [--json]
+ *   sbgen --help | --version
+ *
+ * Values are parsed strictly (common/cli.h): a bad one ends sbgen with
+ * status 2 before it writes anything, and so do options that make no
+ * checkpoint a reader accepts (sbf_gen_check). OUT is replaced atomically
+ * (sbf_generate); --info reads only regular files.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "gen.h"
 #include "model.h"
 
@@ -50,97 +58,181 @@ static void print_header(const char *path, const struct sbf_header *h,
 	       h->precision, 100.0 * h->predicted);
 }
 
+enum {
+	OPT_BYTES = 256, OPT_SEED, OPT_DIM, OPT_LAYERS, OPT_HIDDEN, OPT_HEADS,
+	OPT_KV_HEADS, OPT_VOCAB, OPT_RANK, OPT_ACTIVE, OPT_MARGIN, OPT_NOISE,
+	OPT_THREADS, OPT_QUIET, OPT_INFO, OPT_JSON,
+};
+
+static const struct sbc_opt opts[] = {
+	{OPT_BYTES, "--model-bytes", "SIZE", "about this big (64M, 4.5G; "
+					     "default 64M): sets the rest"},
+	{OPT_SEED, "--seed", "S", "seed of every weight (default 1)"},
+	{OPT_DIM, "--dim", "D", "model dimension (default 1024, 4096 from "
+				"1 GiB)"},
+	{OPT_LAYERS, "--layers", "L", "layers (default: to fill the size)"},
+	{OPT_HIDDEN, "--hidden", "H", "FFN neurons per layer (default 6 x "
+				      "dim)"},
+	{OPT_HEADS, "--heads", "N", "attention heads (default dim / 128)"},
+	{OPT_KV_HEADS, "--kv-heads", "N", "KV heads (default heads / 4)"},
+	{OPT_VOCAB, "--vocab", "V", "vocabulary (default 4096)"},
+	{OPT_RANK, "--rank", "R", "predictor rank, 4 to dim (default 64)"},
+	{OPT_ACTIVE, "--active", "F", "fraction of neurons active, in (0, 1) "
+				      "(default 0.03)"},
+	{OPT_MARGIN, "--margin", "M", "predictor margin in score sds "
+				      "(default 0.25)"},
+	{OPT_NOISE, "--noise", "X", "off-subspace noise (default 0.1)"},
+	{OPT_THREADS, "--threads", "T", "generator threads (default 0: one "
+					"per CPU)"},
+	{OPT_QUIET, "--quiet", NULL, "no progress bar, no summary"},
+	{OPT_INFO, "--info", "FILE", "print FILE's header instead"},
+	{OPT_JSON, "--json", NULL, "the header as JSON"},
+	{0},
+};
+
+/* A geometry option: a positive 32-bit count. */
+static uint32_t count(const struct sbc *c, const char *v, uint32_t max)
+{
+	return (uint32_t)sbc_u64(c, v, 1, max);
+}
+
 int main(int argc, char **argv)
 {
+	struct sbc cli = {
+		.prog = "sbgen",
+		.usage = "OUT [options]\n--info FILE [--json]",
+		.about = "Write a synthetic sbflash checkpoint (LLM in a flash, "
+			 "docs/flash.md) to OUT, or print the\nheader of one. "
+			 "OUT is written under a temporary name and renamed "
+			 "into place\nwhen complete; an OUT that exists and is "
+			 "not a regular file is refused.",
+		.opts = opts,
+	};
+	/* The options as given, applied over the defaults that the size
+	 * decides, whatever their order. */
+	struct {
+		uint64_t seed;
+		uint32_t dim, n_layers, hidden, n_heads, n_kv_heads, vocab, rank;
+		double active, margin, noise;
+		int threads;
+	} set = {0};
+	unsigned given = 0;
 	struct sbf_gen_opts o;
 	struct sbf_header h;
-	const char *out = NULL, *info = NULL;
+	const char *out = NULL, *info = NULL, *v, *why = NULL;
 	uint64_t bytes = (uint64_t)64 << 20;
-	int quiet = 0, json = 0, err;
+	int quiet = 0, json = 0, err, opt;
 
-	/* First pass: the size decides the defaults the rest override. */
-	for (int i = 1; i < argc; i++)
-		if (!strcmp(argv[i], "--model-bytes") && i + 1 < argc)
-			bytes = sbf_parse_size(argv[i + 1]);
-	sbf_gen_defaults(&o, bytes);
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (!strcmp(a, "--quiet")) {
+	sbc_init(&cli, argc, argv);
+	while ((opt = sbc_next(&cli, &v)) != SBC_END) {
+		if (opt >= OPT_BYTES && opt < OPT_QUIET)
+			given |= 1u << (opt - OPT_BYTES);
+		switch (opt) {
+		case SBC_ARG:
+			if (out)
+				sbc_fail(&cli, "one OUT expected, '%s' is a "
+					 "second", v);
+			out = v;
+			break;
+		case OPT_BYTES:
+			bytes = sbc_size(&cli, v, 1, (uint64_t)1 << 50);
+			break;
+		case OPT_SEED:
+			set.seed = sbc_u64(&cli, v, 0, UINT64_MAX);
+			break;
+		case OPT_DIM:
+			set.dim = count(&cli, v, SBF_MAX_DIM);
+			break;
+		case OPT_LAYERS:
+			set.n_layers = count(&cli, v, SBF_MAX_LAYERS);
+			break;
+		case OPT_HIDDEN:
+			set.hidden = count(&cli, v, SBF_MAX_HIDDEN);
+			break;
+		case OPT_HEADS:
+			set.n_heads = count(&cli, v, SBF_MAX_DIM);
+			break;
+		case OPT_KV_HEADS:
+			set.n_kv_heads = count(&cli, v, SBF_MAX_DIM);
+			break;
+		case OPT_VOCAB:
+			set.vocab = count(&cli, v, SBF_MAX_VOCAB);
+			break;
+		case OPT_RANK:
+			set.rank = count(&cli, v, SBF_MAX_DIM);
+			break;
+		case OPT_ACTIVE:
+			set.active = sbc_double(&cli, v, 1e-6, 1 - 1e-6);
+			break;
+		case OPT_MARGIN:
+			set.margin = sbc_double(&cli, v, -100, 100);
+			break;
+		case OPT_NOISE:
+			set.noise = sbc_double(&cli, v, 0, 100);
+			break;
+		case OPT_THREADS:
+			set.threads = (int)sbc_int(&cli, v, 0, 1024);
+			break;
+		case OPT_QUIET:
 			quiet = 1;
-			continue;
-		}
-		if (!strcmp(a, "--json")) {
-			json = 1;
-			continue;
-		}
-		if (a[0] != '-') {
-			out = a;
-			continue;
-		}
-		if (!v) {
-			fprintf(stderr, "sbgen: %s needs a value\n", a);
-			return 2;
-		}
-		i++;
-		if (!strcmp(a, "--model-bytes"))
-			;
-		else if (!strcmp(a, "--info"))
+			break;
+		case OPT_INFO:
 			info = v;
-		else if (!strcmp(a, "--seed"))
-			o.seed = strtoull(v, NULL, 0);
-		else if (!strcmp(a, "--dim"))
-			o.dim = (uint32_t)atoi(v);
-		else if (!strcmp(a, "--layers"))
-			o.n_layers = (uint32_t)atoi(v);
-		else if (!strcmp(a, "--hidden"))
-			o.hidden = (uint32_t)atoi(v);
-		else if (!strcmp(a, "--heads"))
-			o.n_heads = (uint32_t)atoi(v);
-		else if (!strcmp(a, "--kv-heads"))
-			o.n_kv_heads = (uint32_t)atoi(v);
-		else if (!strcmp(a, "--vocab"))
-			o.vocab = (uint32_t)atoi(v);
-		else if (!strcmp(a, "--rank"))
-			o.rank = (uint32_t)atoi(v);
-		else if (!strcmp(a, "--active"))
-			o.active = strtof(v, NULL);
-		else if (!strcmp(a, "--margin"))
-			o.margin = strtof(v, NULL);
-		else if (!strcmp(a, "--noise"))
-			o.noise = strtof(v, NULL);
-		else if (!strcmp(a, "--threads"))
-			o.threads = atoi(v);
-		else {
-			fprintf(stderr, "sbgen: unknown option %s\n", a);
-			return 2;
+			break;
+		case OPT_JSON:
+			json = 1;
+			break;
 		}
 	}
 	if (info) {
-		int fd = open(info, O_RDONLY | O_CLOEXEC);
+		int fd;
 
-		if (fd < 0 || (err = sbf_header_read(fd, &h)) < 0) {
-			fprintf(stderr, "sbgen: %s: %s\n", info,
-				fd < 0 ? strerror(errno) : strerror(-err));
+		if (out)
+			sbc_fail(&cli, "--info takes no OUT");
+		fd = sbf_open(info, &h, &why);
+		if (fd < 0) {
+			fprintf(stderr, "sbgen: %s: %s%s\n", info,
+				fd == -EINVAL	 ? "not a regular file"
+				: fd == -EBADMSG ? "not an sbflash checkpoint: "
+						 : strerror(-fd),
+				fd == -EBADMSG ? why : "");
 			return 1;
 		}
 		close(fd);
 		print_header(info, &h, json);
 		return 0;
 	}
-	if (!out) {
-		fprintf(stderr,
-			"usage: sbgen OUT [--model-bytes N] [--seed S] [--dim D] "
-			"[--layers L] [--hidden H] [--vocab V] [--rank R]\n"
-			"             [--active F] [--margin M] [--noise X] "
-			"[--threads T] [--quiet]\n"
-			"       sbgen --info FILE [--json]\n");
+	if (!out)
+		sbc_fail(&cli, "no OUT given");
+	sbf_gen_defaults(&o, bytes);
+#define TAKE(opt, field) \
+	if (given & (1u << ((opt) - OPT_BYTES))) \
+		o.field = set.field
+	TAKE(OPT_SEED, seed);
+	TAKE(OPT_DIM, dim);
+	TAKE(OPT_LAYERS, n_layers);
+	TAKE(OPT_HIDDEN, hidden);
+	TAKE(OPT_HEADS, n_heads);
+	TAKE(OPT_KV_HEADS, n_kv_heads);
+	TAKE(OPT_VOCAB, vocab);
+	TAKE(OPT_RANK, rank);
+	TAKE(OPT_ACTIVE, active);
+	TAKE(OPT_MARGIN, margin);
+	TAKE(OPT_NOISE, noise);
+	TAKE(OPT_THREADS, threads);
+#undef TAKE
+	if (sbf_gen_check(&o, &why) < 0) {
+		fprintf(stderr, "sbgen: these options make no checkpoint: %s\n",
+			why);
 		return 2;
 	}
 	o.progress = !quiet && isatty(2);
 	err = sbf_generate(out, &o, &h);
 	if (err < 0) {
-		fprintf(stderr, "sbgen: %s: %s\n", out, strerror(-err));
+		fprintf(stderr, "sbgen: %s: %s\n", out,
+			err == -EEXIST ? "exists and is not a regular file: "
+					 "not replaced"
+				       : strerror(-err));
 		return 1;
 	}
 	if (!quiet)
