@@ -11,6 +11,7 @@
  *
  * Usage: fault_workload [--pages N] [--maps M] [--cow K] [--anon]
  *                       [--wait FIFO]
+ *        fault_workload --help | --version
  *   --anon  touch only the anonymous memory (the kernel's demand paging)
  *   --wait  once set up (pool threads started), block until a byte can be
  *           read from FIFO: perf-faults.sh attaches perf meanwhile
@@ -22,13 +23,37 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "sparsebuf.h"
+
+enum { OPT_PAGES = 1, OPT_MAPS, OPT_COW, OPT_ANON, OPT_WAIT };
+
+static const struct sbc_opt opts[] = {
+	{OPT_PAGES, "--pages", "N", "pages grown by touch (default 256)"},
+	{OPT_MAPS, "--maps", "M", "pages placed with sb_buf_map (default "
+				  "256)"},
+	{OPT_COW, "--cow", "K", "pages shared and written through (default "
+				"64)"},
+	{OPT_ANON, "--anon", NULL, "only anonymous memory (the kernel's "
+				   "demand paging)"},
+	{OPT_WAIT, "--wait", "FIFO", "once set up, wait for a byte from "
+				     "FIFO (perf attaches)"},
+	{0},
+};
 
 int main(int argc, char **argv)
 {
+	struct sbc cli = {
+		.prog = "fault_workload",
+		.usage = "[options]",
+		.about = "A workload with known fault counts for "
+			 "bench/perf-faults.sh; the library's\ncounters as "
+			 "key=value lines on stdout.",
+		.opts = opts,
+	};
 	long n = 256, m = 256, k = 64;
-	int anon = 0, err;
-	const char *fifo = NULL;
+	int anon = 0, err, opt;
+	const char *fifo = NULL, *v;
 	struct sb_pool_opts o;
 	struct sb_pool *pool;
 	struct sb_buf *a, *b;
@@ -36,17 +61,29 @@ int main(int argc, char **argv)
 	size_t page;
 	char *x, *y;
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--pages") && i + 1 < argc)
-			n = atol(argv[++i]);
-		else if (!strcmp(argv[i], "--maps") && i + 1 < argc)
-			m = atol(argv[++i]);
-		else if (!strcmp(argv[i], "--cow") && i + 1 < argc)
-			k = atol(argv[++i]);
-		else if (!strcmp(argv[i], "--anon"))
+	sbc_init(&cli, argc, argv);
+	while ((opt = sbc_next(&cli, &v)) != SBC_END) {
+		switch (opt) {
+		case SBC_ARG:
+			sbc_fail(&cli, "unexpected argument '%s'", v);
+		case OPT_PAGES:
+			n = (long)sbc_int(&cli, v, 0, 1 << 20);
+			break;
+		case OPT_MAPS:
+			m = (long)sbc_int(&cli, v, 0, 1 << 20);
+			break;
+		case OPT_COW:
+			k = (long)sbc_int(&cli, v, 0, 1 << 20);
+			break;
+		case OPT_ANON:
 			anon = 1;
-		else if (!strcmp(argv[i], "--wait") && i + 1 < argc)
-			fifo = argv[++i];
+			break;
+		case OPT_WAIT:
+			/* A FIFO on purpose: the open blocks until
+			 * perf-faults.sh writes to it. */
+			fifo = v;
+			break;
+		}
 	}
 	sb_pool_opts_init(&o);
 	page = o.page_size ? o.page_size : 256 << 10;

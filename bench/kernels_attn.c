@@ -29,6 +29,7 @@
  *			[--isa scalar,avx2,avx512] [--threads 1,2]
  *			[--reps 5] [--backing anon|thp|sparsebuf]
  *			[--batch-layers 36]
+ *        kernels_attn --help | --version
  */
 #include "bench.h"
 
@@ -37,6 +38,7 @@
 #include <stdint.h>
 #include <sys/mman.h>
 
+#include "cli.h"
 #include "sbkernels.h"
 #include "sparsebuf.h"
 
@@ -46,6 +48,7 @@
 #define HEAD_DIM 128
 
 static const char *const dt_names[] = {"f32", "f16", "bf16"};
+static const char *const dt_names_list[] = {"f32", "f16", "bf16", NULL};
 
 static size_t ctxs[8] = {4096, 32768};
 static int n_ctx = 2;
@@ -292,95 +295,87 @@ static void measure(const struct model *m, int nreps, double med[2],
 
 /* ---- Arguments ----------------------------------------------------------- */
 
-static int parse_list(const char *s, long *v, int max)
-{
-	int n = 0;
-	char *end;
+enum { OPT_CTX = 1, OPT_DTYPE, OPT_ISA, OPT_THREADS, OPT_REPS, OPT_BACKING,
+       OPT_BATCH };
 
-	while (*s && n < max) {
-		v[n++] = strtol(s, &end, 10);
-		if (end == s)
-			return -1;
-		s = *end == ',' ? end + 1 : end;
-		if (*end && *end != ',')
-			return -1;
-	}
-	return n;
-}
-
-static void usage(void)
-{
-	fprintf(stderr,
-		"usage: kernels_attn [--ctx 4096,32768] [--dtype bf16,f16] "
-		"[--isa scalar,avx2,avx512] [--threads 1,2] [--reps 5] "
-		"[--backing anon|thp|sparsebuf] [--batch-layers 36]\n");
-	exit(2);
-}
+static const struct sbc_opt opts[] = {
+	{OPT_CTX, "--ctx", "4096,32768", "contexts (positions)"},
+	{OPT_DTYPE, "--dtype", "bf16,f16", "KV types: f32, f16, bf16"},
+	{OPT_ISA, "--isa", "scalar,avx2,avx512", "variants (default: all "
+						 "this CPU runs)"},
+	{OPT_THREADS, "--threads", "1,2", "thread counts, 0 to 256 (0: one "
+					  "per CPU)"},
+	{OPT_REPS, "--reps", "5", "steps timed per case, 1 to 64"},
+	{OPT_BACKING, "--backing", "anon|thp|sparsebuf", "the cache's memory "
+							 "(default anon)"},
+	{OPT_BATCH, "--batch-layers", "36", "one batched call over N layers "
+					    "per step instead"},
+	{0},
+};
 
 static void parse(int argc, char **argv)
 {
-	long v[8];
+	static const char *const isa_names[] = {"scalar", "avx2", "avx512",
+						"avx512bf16", NULL};
+	static const char *const backings[] = {"anon", "thp", "sparsebuf",
+					       NULL};
+	struct sbc cli = {
+		.prog = "kernels_attn",
+		.usage = "[options]",
+		.about = "Decode attention throughput over a Qwen3-4B-shaped KV "
+			 "cache, position-major\nagainst head-major, per "
+			 "context, KV type, variant and thread count.",
+		.opts = opts,
+	};
+	const char *v;
+	long long l[8];
+	int opt, k[SBK_ISA_COUNT], n;
 
 	for (int i = SBK_ISA_SCALAR; i <= SBK_ISA_AVX512; i++)
 		if (sbk_isa_supported((enum sbk_isa)i))
 			isas[n_isa++] = i;
-	for (int i = 1; i < argc; i++) {
-		const char *o = argv[i], *a = i + 1 < argc ? argv[i + 1] : NULL;
+	sbc_init(&cli, argc, argv);
+	while ((opt = sbc_next(&cli, &v)) != SBC_END) {
+		switch (opt) {
+		case SBC_ARG:
+			sbc_fail(&cli, "unexpected argument '%s'", v);
+		case OPT_CTX:
+			n_ctx = sbc_list(&cli, v, 1, 1 << 20, l, 8);
+			for (int i = 0; i < n_ctx; i++)
+				ctxs[i] = (size_t)l[i];
+			break;
+		case OPT_THREADS:
+			n_threads = sbc_list(&cli, v, 0, 256, l, 8);
+			for (int i = 0; i < n_threads; i++)
+				threads[i] = (int)l[i];
+			break;
+		case OPT_REPS:
+			reps = (int)sbc_int(&cli, v, 1, 64);
+			break;
+		case OPT_BATCH:
+			batch_layers = (int)sbc_int(&cli, v, 1, N_LAYERS);
+			break;
+		case OPT_BACKING:
+			backing = backings[sbc_choice(&cli, v, backings)];
+			break;
+		case OPT_DTYPE:
+			n_dt = sbc_choice_list(&cli, v, dt_names_list, dts, 3);
+			break;
+		case OPT_ISA:
+			n = sbc_choice_list(&cli, v, isa_names, k,
+					    SBK_ISA_COUNT);
+			n_isa = 0;
+			for (int i = 0; i < n; i++) {
+				enum sbk_isa isa = (enum sbk_isa)(k[i] + 1);
 
-		if (!a)
-			usage();
-		i++;
-		if (!strcmp(o, "--ctx")) {
-			n_ctx = parse_list(a, v, 8);
-			if (n_ctx <= 0)
-				usage();
-			for (int k = 0; k < n_ctx; k++)
-				ctxs[k] = (size_t)v[k];
-		} else if (!strcmp(o, "--threads")) {
-			n_threads = parse_list(a, v, 8);
-			if (n_threads <= 0)
-				usage();
-			for (int k = 0; k < n_threads; k++)
-				threads[k] = (int)v[k];
-		} else if (!strcmp(o, "--reps")) {
-			reps = atoi(a);
-			if (reps < 1 || reps > 64)
-				usage();
-		} else if (!strcmp(o, "--batch-layers")) {
-			batch_layers = atoi(a);
-			if (batch_layers < 1 || batch_layers > N_LAYERS)
-				usage();
-		} else if (!strcmp(o, "--backing")) {
-			backing = a;
-		} else if (!strcmp(o, "--dtype") || !strcmp(o, "--isa")) {
-			int isa = o[2] == 'i';
-			char buf[128], *save, *tok;
-
-			snprintf(buf, sizeof(buf), "%s", a);
-			*(isa ? &n_isa : &n_dt) = 0;
-			for (tok = strtok_r(buf, ",", &save); tok;
-			     tok = strtok_r(NULL, ",", &save)) {
-				int k, lim = isa ? SBK_ISA_COUNT : 3;
-
-				for (k = isa ? 1 : 0; k < lim; k++)
-					if (!strcmp(tok, isa ? sbk_isa_name(k)
-							     : dt_names[k]))
-						break;
-				if (k == lim)
-					usage();
-				if (isa && !sbk_isa_supported(k)) {
+				if (!sbk_isa_supported(isa))
 					printf("skipping %s: not supported by "
 					       "this CPU\n",
-					       tok);
-					continue;
-				}
-				if (isa)
-					isas[n_isa++] = k;
+					       isa_names[k[i]]);
 				else
-					dts[n_dt++] = k;
+					isas[n_isa++] = (int)isa;
 			}
-		} else {
-			usage();
+			break;
 		}
 	}
 }

@@ -14,12 +14,14 @@
  *
  * Usage: kernels_matvec [--isa scalar,avx2,avx512] [--threads 1,2]
  *			  [--reps 7]
+ *        kernels_matvec --help | --version
  */
 #include "bench.h"
 
 #include <stdint.h>
 #include <sys/mman.h>
 
+#include "cli.h"
 #include "sbkernels.h"
 
 #define COLD_BYTES ((size_t)768 << 20) /* 7x the 105 MiB L3 here */
@@ -85,68 +87,65 @@ static double run(const struct shape *s, float **w, int ncopies, float *x,
 	return median(t, reps);
 }
 
-static int parse_list(const char *s, int *v, int max)
-{
-	int n = 0;
-	char *end;
+enum { OPT_ISA = 1, OPT_THREADS, OPT_REPS };
 
-	while (*s && n < max) {
-		v[n++] = (int)strtol(s, &end, 10);
-		if (end == s || (*end && *end != ','))
-			return -1;
-		s = *end ? end + 1 : end;
-	}
-	return n;
-}
-
-static void usage(void)
-{
-	fprintf(stderr, "usage: kernels_matvec [--isa scalar,avx2,avx512] "
-			"[--threads 1,2] [--reps 7]\n");
-	exit(2);
-}
+static const struct sbc_opt opts[] = {
+	{OPT_ISA, "--isa", "scalar,avx2,avx512", "variants (default: all "
+						 "this CPU runs)"},
+	{OPT_THREADS, "--threads", "1,2", "thread counts, 0 to 256 (0: one "
+					  "per CPU)"},
+	{OPT_REPS, "--reps", "7", "passes timed per case, 1 to 64"},
+	{0},
+};
 
 static void parse(int argc, char **argv)
 {
+	static const char *const isa_names[] = {"scalar", "avx2", "avx512",
+						"avx512bf16", NULL};
+	struct sbc cli = {
+		.prog = "kernels_matvec",
+		.usage = "[options]",
+		.about = "Matrix-vector and matrix products with f32 weights, "
+			 "hot and cold, per variant\nand thread count.",
+		.opts = opts,
+	};
+	const char *v;
+	long long l[8];
+	int opt, k[SBK_ISA_COUNT], n;
+
 	for (int i = SBK_ISA_SCALAR; i <= SBK_ISA_AVX512; i++)
 		if (sbk_isa_supported((enum sbk_isa)i))
 			isas[n_isa++] = i;
-	for (int i = 1; i + 1 < argc; i += 2) {
-		if (!strcmp(argv[i], "--threads")) {
-			n_threads = parse_list(argv[i + 1], threads, 8);
-			if (n_threads <= 0)
-				usage();
-		} else if (!strcmp(argv[i], "--reps")) {
-			reps = atoi(argv[i + 1]);
-			if (reps < 1 || reps > 64)
-				usage();
-		} else if (!strcmp(argv[i], "--isa")) {
-			char buf[128], *save, *tok;
-
-			snprintf(buf, sizeof(buf), "%s", argv[i + 1]);
+	sbc_init(&cli, argc, argv);
+	while ((opt = sbc_next(&cli, &v)) != SBC_END) {
+		switch (opt) {
+		case SBC_ARG:
+			sbc_fail(&cli, "unexpected argument '%s'", v);
+		case OPT_THREADS:
+			n_threads = sbc_list(&cli, v, 0, 256, l, 8);
+			for (int i = 0; i < n_threads; i++)
+				threads[i] = (int)l[i];
+			break;
+		case OPT_REPS:
+			reps = (int)sbc_int(&cli, v, 1, 64);
+			break;
+		case OPT_ISA:
+			n = sbc_choice_list(&cli, v, isa_names, k,
+					    SBK_ISA_COUNT);
 			n_isa = 0;
-			for (tok = strtok_r(buf, ",", &save); tok;
-			     tok = strtok_r(NULL, ",", &save)) {
-				int k;
+			for (int i = 0; i < n; i++) {
+				enum sbk_isa isa = (enum sbk_isa)(k[i] + 1);
 
-				for (k = SBK_ISA_SCALAR; k < SBK_ISA_COUNT; k++)
-					if (!strcmp(tok, sbk_isa_name(k)))
-						break;
-				if (k == SBK_ISA_COUNT)
-					usage();
-				if (sbk_isa_supported(k))
-					isas[n_isa++] = k;
-				else
+				if (!sbk_isa_supported(isa))
 					printf("skipping %s: not supported by "
 					       "this CPU\n",
-					       tok);
+					       isa_names[k[i]]);
+				else
+					isas[n_isa++] = (int)isa;
 			}
-		} else {
-			usage();
+			break;
 		}
 	}
-	if (argc % 2 == 0)
-		usage();
 }
 
 int main(int argc, char **argv)

@@ -33,6 +33,8 @@
  *
  * Usage: kv [--tokens N] [--attn-every N] [--out DIR] [--strategies 1,5]
  *           [--no-pin]
+ *        kv --help | --version
+ * Exit status: 0, 3 when a target is missed, 2 for a bad option.
  */
 #include "bench.h"
 
@@ -43,6 +45,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "sbkernels.h"
 #include "sparsebuf.h"
 #include "sparsebuf_kv.h"
@@ -655,34 +658,73 @@ static void charts(void)
 		       out_dir);
 }
 
+enum { OPT_TOKENS = 1, OPT_ATTN, OPT_OUT, OPT_NO_PIN, OPT_STRAT };
+
+static const struct sbc_opt opts[] = {
+	{OPT_TOKENS, "--tokens", "N", "tokens to grow to: a multiple of 256, "
+				      "4096 or more (default 32768)"},
+	{OPT_ATTN, "--attn-every", "N", "run attention every N steps "
+					"(default 64)"},
+	{OPT_OUT, "--out", "DIR", "charts and data (default build/bench-kv)"},
+	{OPT_STRAT, "--strategies", "1,5", "which of the six to run (1, the "
+					   "baseline, always runs)"},
+	{OPT_NO_PIN, "--no-pin", NULL, "leave the decoding thread unpinned"},
+	{0},
+};
+
+static void parse(int argc, char **argv)
+{
+	struct sbc cli = {
+		.prog = "kv",
+		.usage = "[options]",
+		.about = "A KV cache grown token by token six ways (dense, "
+			 "chunks, doubling, kernel demand\npaging, sparsebuf "
+			 "ahead, sparsebuf on fault), Qwen3-4B geometry; a "
+			 "table with\ntargets on stdout, charts under --out. "
+			 "Exit status 3 when a target is missed.",
+		.opts = opts,
+	};
+	const char *v;
+	long long ids[NSTRAT];
+	int opt, n;
+
+	sbc_init(&cli, argc, argv);
+	while ((opt = sbc_next(&cli, &v)) != SBC_END) {
+		switch (opt) {
+		case SBC_ARG:
+			sbc_fail(&cli, "unexpected argument '%s'", v);
+		case OPT_TOKENS:
+			max_tok = (size_t)sbc_int(&cli, v, 4096, 1 << 22);
+			if (max_tok % 256)
+				sbc_fail(&cli, "--tokens: %s is not a multiple "
+					 "of 256", v);
+			break;
+		case OPT_ATTN:
+			attn_every = (int)sbc_int(&cli, v, 1, 1 << 22);
+			break;
+		case OPT_OUT:
+			out_dir = v;
+			break;
+		case OPT_NO_PIN:
+			pin = false;
+			break;
+		case OPT_STRAT:
+			n = sbc_list(&cli, v, 1, NSTRAT, ids, NSTRAT);
+			memset(run_strat, 0, sizeof(run_strat));
+			run_strat[1] = true;	/* the baseline */
+			for (int i = 0; i < n; i++)
+				run_strat[ids[i]] = true;
+			break;
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	int fails = 0;
 	unsigned seed = 1;
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
-			max_tok = (size_t)atol(argv[++i]);
-		else if (!strcmp(argv[i], "--attn-every") && i + 1 < argc)
-			attn_every = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--out") && i + 1 < argc)
-			out_dir = argv[++i];
-		else if (!strcmp(argv[i], "--no-pin"))
-			pin = false;
-		else if (!strcmp(argv[i], "--strategies") && i + 1 < argc) {
-			const char *p = argv[++i];
-
-			memset(run_strat, 0, sizeof(run_strat));
-			run_strat[1] = true;	/* the baseline */
-			for (; *p; p++)
-				if (*p >= '1' && *p <= '6')
-					run_strat[*p - '0'] = true;
-		}
-	}
-	if (max_tok < 4096 || max_tok % 256) {
-		fprintf(stderr, "--tokens: a multiple of 256, at least 4096\n");
-		return 2;
-	}
+	parse(argc, argv);
 	/* The kernels' threads: counted and started now, with every CPU
 	 * allowed. Started later, from the decoding thread pinned to CPU 0,
 	 * they would count one CPU and run attention single-threaded. */

@@ -56,6 +56,9 @@
  *            counters on stdout (bench/pagein-perf.sh runs this under perf)
  *   --run rand|rand-budget  one cold random run (the pipelined target row,
  *            or the same with the budget row's pool budget), key=value
+ *        pagein --help | --version
+ * Exit status: 0, 3 when a target is missed, 1 when a run fails, 2 for a
+ * bad option.
  */
 #include "bench.h"
 
@@ -71,6 +74,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "sparsebuf.h"
 
 #define KIB ((size_t)1 << 10)
@@ -1108,78 +1112,131 @@ static int run_one(const char *what, const char *fifo)
 
 /* ---- main --------------------------------------------------------------------------- */
 
-static size_t parse_size(const char *s)
-{
-	char *end;
-	double v = strtod(s, &end);
+enum {
+	OPT_DIR = 1, OPT_SIZE, OPT_QUICK, OPT_REPS, OPT_PAGE, OPT_TOUCH,
+	OPT_NO_DROP, OPT_SWEEP, OPT_ONLY, OPT_RAND_BLOCKS, OPT_EVICT_SIZE,
+	OPT_VERBOSE, OPT_RUN, OPT_WAIT,
+};
 
-	switch (*end) {
-	case 'k': case 'K': v *= (double)KIB; break;
-	case 'm': case 'M': v *= (double)MIB; break;
-	case 'g': case 'G': v *= (double)GIB; break;
-	case 't': case 'T': v *= (double)GIB * 1024; break;
-	default: break;
-	}
-	return (size_t)v;
-}
-
-static void usage(void)
-{
-	fprintf(stderr,
-		"usage: pagein [--dir D] [--size 2G] [--quick] [--reps N] "
-		"[--page-size P]\n"
-		"              [--touch word|sum] [--no-drop-caches] [--sweep] "
-		"[--only seq,rand,evict]\n"
-		"              [--rand-blocks N] [--evict-size S] [--verbose]\n"
-		"       pagein --run sb|mmap|rand|rand-budget [--wait FIFO] [--dir D] [--size S] "
-		"[--page-size P]\n");
-	exit(2);
-}
+static const struct sbc_opt opts[] = {
+	{OPT_DIR, "--dir", "D", "where the file is made (default "
+				"/var/tmp/sparsebuf-bench)"},
+	{OPT_SIZE, "--size", "SIZE", "the file: 4M or more, whole MiB "
+				     "(default 2G)"},
+	{OPT_QUICK, "--quick", NULL, "64 MiB, one rep: a smoke run of "
+				     "seconds"},
+	{OPT_REPS, "--reps", "N", "repetitions, 1 to 32 (default 3)"},
+	{OPT_PAGE, "--page-size", "SIZE", "sequential pages, a power of two "
+					  ">= 4K (default 1M)"},
+	{OPT_TOUCH, "--touch", "word|sum", "what the reader does (default "
+					   "word)"},
+	{OPT_NO_DROP, "--no-drop-caches", NULL, "leave the machine's page "
+						"cache alone"},
+	{OPT_SWEEP, "--sweep", NULL, "sequential sparsebuf at 64K..4M pages"},
+	{OPT_ONLY, "--only", "seq,rand,evict", "run only these parts"},
+	{OPT_RAND_BLOCKS, "--rand-blocks", "N", "random blocks (default a "
+						"quarter of the file)"},
+	{OPT_EVICT_SIZE, "--evict-size", "SIZE", "evicted: whole 256K pages "
+						 "(default 256M)"},
+	{OPT_VERBOSE, "--verbose", NULL, "CPU time of every thread"},
+	{OPT_RUN, "--run", "sb|mmap|rand|rand-budget", "one cold run, "
+						       "key=value on stdout"},
+	{OPT_WAIT, "--wait", "FIFO", "with --run sb|mmap: wait for a byte "
+				     "from FIFO first"},
+	{0},
+};
 
 int main(int argc, char **argv)
 {
-	const char *run = NULL, *fifo = NULL, *only = NULL;
+	static const char *const touches[] = {"word", "sum", NULL};
+	static const char *const parts[] = {"seq", "rand", "evict", NULL};
+	static const char *const runs[] = {"sb", "mmap", "rand",
+					   "rand-budget", NULL};
+	struct sbc cli = {
+		.prog = "pagein",
+		.usage = "[options]\n--run sb|mmap|rand|rand-budget [--wait "
+			 "FIFO] [--dir D] [--size S] [--page-size P]",
+		.about = "The disk tier against fio and the kernel's mmap: "
+			 "sequential, random and evict\nruns from a cold "
+			 "cache, one table of ratios and targets. Exit status "
+			 "3 when a\ntarget is missed.",
+		.opts = opts,
+	};
+	const char *run = NULL, *fifo = NULL, *val;
 	bool size_set = false, reps_set = false, evict_set = false;
 	struct seq_res *sq = calloc(1, sizeof(*sq));
 	struct rand_res *rd = calloc(1, sizeof(*rd));
 	struct ev_res *ev = calloc(1, sizeof(*ev));
 	char rak[64] = "?";
+	int opt, part[3], n;
 
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (!strcmp(a, "--quick"))
+	sbc_init(&cli, argc, argv);
+	while ((opt = sbc_next(&cli, &val)) != SBC_END) {
+		switch (opt) {
+		case SBC_ARG:
+			sbc_fail(&cli, "unexpected argument '%s'", val);
+		case OPT_QUICK:
 			quick = true;
-		else if (!strcmp(a, "--no-drop-caches"))
+			break;
+		case OPT_NO_DROP:
 			drop_all = false;
-		else if (!strcmp(a, "--sweep"))
+			break;
+		case OPT_SWEEP:
 			sweep = true;
-		else if (!strcmp(a, "--verbose"))
+			break;
+		case OPT_VERBOSE:
 			verbose = true;
-		else if (!v)
-			usage();
-		else if (!strcmp(a, "--dir"))
-			dir = argv[++i];
-		else if (!strcmp(a, "--size"))
-			fsize = parse_size(argv[++i]), size_set = true;
-		else if (!strcmp(a, "--reps"))
-			reps = atoi(argv[++i]), reps_set = true;
-		else if (!strcmp(a, "--page-size"))
-			seq_page = parse_size(argv[++i]);
-		else if (!strcmp(a, "--rand-blocks"))
-			rand_blocks = parse_size(argv[++i]);
-		else if (!strcmp(a, "--evict-size"))
-			evict_size = parse_size(argv[++i]), evict_set = true;
-		else if (!strcmp(a, "--touch"))
-			sum_mode = !strcmp(argv[++i], "sum");
-		else if (!strcmp(a, "--only"))
-			only = argv[++i];
-		else if (!strcmp(a, "--run"))
-			run = argv[++i];
-		else if (!strcmp(a, "--wait"))
-			fifo = argv[++i];
-		else
-			usage();
+			break;
+		case OPT_DIR:
+			dir = val;
+			break;
+		case OPT_SIZE:
+			fsize = sbc_size(&cli, val, 4 * MIB, (size_t)1 << 44);
+			if (fsize % MIB)
+				sbc_fail(&cli, "--size: %s is not whole MiB",
+					 val);
+			size_set = true;
+			break;
+		case OPT_REPS:
+			reps = (int)sbc_int(&cli, val, 1, MAX_REPS);
+			reps_set = true;
+			break;
+		case OPT_PAGE:
+			seq_page = sbc_size(&cli, val, 4096, GIB);
+			if (seq_page & (seq_page - 1))
+				sbc_fail(&cli, "--page-size: %s is not a power "
+					 "of two", val);
+			break;
+		case OPT_RAND_BLOCKS:
+			rand_blocks = sbc_size(&cli, val, 1, (size_t)1 << 32);
+			break;
+		case OPT_EVICT_SIZE:
+			evict_size = sbc_size(&cli, val, evict_page,
+					      (size_t)1 << 40);
+			if (evict_size % evict_page)
+				sbc_fail(&cli, "--evict-size: %s is not whole "
+					 "256K pages", val);
+			evict_set = true;
+			break;
+		case OPT_TOUCH:
+			sum_mode = sbc_choice(&cli, val, touches) == 1;
+			break;
+		case OPT_ONLY:
+			n = sbc_choice_list(&cli, val, parts, part, 3);
+			do_seq = do_rand = do_evict = false;
+			for (int i = 0; i < n; i++) {
+				do_seq |= part[i] == 0;
+				do_rand |= part[i] == 1;
+				do_evict |= part[i] == 2;
+			}
+			break;
+		case OPT_RUN:
+			run = runs[sbc_choice(&cli, val, runs)];
+			break;
+		case OPT_WAIT:
+			fifo = val;	/* a FIFO on purpose: see --run */
+			break;
+		}
 	}
 	if (quick) {
 		/* A smoke run: a few seconds, the rest of the machine's
@@ -1192,15 +1249,10 @@ int main(int argc, char **argv)
 		if (!evict_set)
 			evict_size = 16 * MIB;
 	}
-	if (reps < 1 || reps > MAX_REPS || fsize < 4 * MIB || fsize % MIB ||
-	    seq_page < 4096 || (seq_page & (seq_page - 1)) ||
-	    evict_size < evict_page || evict_size % evict_page)
-		usage();
-	if (only) {
-		do_seq = strstr(only, "seq") != NULL;
-		do_rand = strstr(only, "rand") != NULL;
-		do_evict = strstr(only, "evict") != NULL;
-	}
+	/* The random runs pick distinct blocks of the file. */
+	if (rand_blocks > fsize / RAND_BS)
+		sbc_fail(&cli, "--rand-blocks: %zu is more than the file's %zu "
+			 "blocks of 64 KiB", rand_blocks, fsize / RAND_BS);
 	signal(SIGALRM, on_alarm);
 	watchdog("making the file", 900);
 	fd_buf = make_file();
@@ -1328,5 +1380,5 @@ int main(int argc, char **argv)
 	free(sq);
 	free(rd);
 	free(ev);
-	return fails ? 2 : 0;
+	return fails ? 3 : 0;
 }

@@ -16,6 +16,8 @@
  * over plain anonymous memory.
  *
  * Usage: place [--size-mib N] [--spacing-us U] [--rounds R]
+ *        place --help | --version
+ * Exit status: 0, 3 when a target is missed, 2 for a bad option.
  */
 #include "bench.h"
 
@@ -24,6 +26,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "sparsebuf.h"
 
 static size_t total = 1 << 30;
@@ -99,6 +102,49 @@ static double read_pass(const char *p, size_t len)
 	return (double)len / (bench_now_us() - t0) / 1e3;	/* GB/s */
 }
 
+enum { OPT_SIZE = 1, OPT_SPACING, OPT_ROUNDS };
+
+static const struct sbc_opt opts[] = {
+	{OPT_SIZE, "--size-mib", "N", "MiB to grow (default 1024)"},
+	{OPT_SPACING, "--spacing-us", "U", "microseconds of computation "
+					   "between pages (default 200)"},
+	{OPT_ROUNDS, "--rounds", "R", "rounds, 1 to 16; the median is shown "
+				      "(default 3)"},
+	{0},
+};
+
+static void parse(int argc, char **argv)
+{
+	struct sbc cli = {
+		.prog = "place",
+		.usage = "[options]",
+		.about = "What growing a buffer costs the calling thread: "
+			 "sb_buf_map and fault placement\nagainst the kernel's "
+			 "demand paging, then a streaming read of placed "
+			 "pages.\nExit status 3 when a target is missed.",
+		.opts = opts,
+	};
+	const char *v;
+	int opt;
+
+	sbc_init(&cli, argc, argv);
+	while ((opt = sbc_next(&cli, &v)) != SBC_END) {
+		switch (opt) {
+		case SBC_ARG:
+			sbc_fail(&cli, "unexpected argument '%s'", v);
+		case OPT_SIZE:
+			total = (size_t)sbc_int(&cli, v, 1, 1 << 20) << 20;
+			break;
+		case OPT_SPACING:
+			spacing = sbc_double(&cli, v, 0, 1e6);
+			break;
+		case OPT_ROUNDS:
+			rounds = (int)sbc_int(&cli, v, 1, 16);
+			break;
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct sb_pool_opts o;
@@ -107,16 +153,7 @@ int main(int argc, char **argv)
 	double k[2][16], e[2][16], dm[2][16];
 	int err, fails = 0;
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--size-mib") && i + 1 < argc)
-			total = (size_t)atol(argv[++i]) << 20;
-		else if (!strcmp(argv[i], "--spacing-us") && i + 1 < argc)
-			spacing = atof(argv[++i]);
-		else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
-			rounds = atoi(argv[++i]);
-	}
-	if (rounds < 1 || rounds > 16)
-		rounds = 3;
+	parse(argc, argv);
 	sb_pool_opts_init(&o);
 	o.page_size = page;
 	pool = sb_pool_create(&o, &err);
@@ -189,5 +226,5 @@ int main(int argc, char **argv)
 		sb_buf_destroy(buf);
 	}
 	sb_pool_destroy(pool);
-	return fails ? 2 : 0;
+	return fails ? 3 : 0;
 }

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "sparsebuf.h"
 
 #define KiB ((size_t)1 << 10)
@@ -62,8 +63,17 @@ static void die(const char *what, long err)
 	exit(1);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	struct sbc cli = {
+		.prog = "sparsebuf-demo",
+		.usage = "",
+		.about = "The core promises in one run: a 1 TiB buffer reserved, "
+			 "grown, shared with\ncopy-on-write, slid as a window, "
+			 "evicted to disk and read back, freed; the pool's\n"
+			 "accounting, RSS and fault counters after each step. "
+			 "SPARSEBUF_* variables apply.",
+	};
 	size_t page, row = 2 * KiB;	/* one token of one layer's K */
 	struct sb_buf *kv, *fork;
 	struct sb_stats st;
@@ -71,6 +81,7 @@ int main(void)
 	int err;
 	long r;
 
+	sbc_no_args(&cli, argc, argv);
 	pool = sb_default_pool();
 	if (!pool)
 		die("default pool", sb_default_pool_error());

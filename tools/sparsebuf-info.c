@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * sparsebuf-info: what this kernel allows and what sparsebuf would do with
- * it, at a glance. Exit status 0 when pools can be created, 1 otherwise.
+ * it, at a glance. Exit status 0 when pools can be created, 1 otherwise;
+ * it takes no options but --help and --version (anything else: status 2).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "sparsebuf.h"
 
 /* Feature bits of UFFDIO_API, by name (kernel 6.18 knows all of these). */
@@ -83,12 +85,22 @@ static void print_size(const char *label, size_t v)
 		printf("%s %zu bytes\n", label, v);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	struct sbc cli = {
+		.prog = "sparsebuf-info",
+		.usage = "",
+		.about = "What this kernel allows (userfaultfd route and "
+			 "features, copy-on-write, poison,\nio_uring, NUMA, "
+			 "the mapping limit) and the configuration SPARSEBUF_* "
+			 "gives.\nExit status 0 when pools can be created, 1 "
+			 "otherwise.",
+	};
 	struct sb_features f;
 	struct sb_pool_opts o;
 	int err, ok;
 
+	sbc_no_args(&cli, argc, argv);
 	sb_features_get(&f);
 	printf("sparsebuf %d.%d.%d on Linux %s\n\n", SPARSEBUF_VERSION_MAJOR,
 	       SPARSEBUF_VERSION_MINOR, SPARSEBUF_VERSION_PATCH, f.kernel);
