@@ -5,6 +5,7 @@
 #   bench/flash.sh [--model-bytes N] [--budget-fraction F] [--steps S]
 #                  [-k K] [--threads T] [--seed S] [--build DIR]
 #                  [--out DIR] [--perf] [--json]
+#   bench/flash.sh --help | --version
 #
 # Generates the model if needed (cached as BUILD/flash/model-N-sSEED.bin),
 # then runs sbflash in each mode, each cold (the file's page cache dropped
@@ -30,24 +31,58 @@
 # chart (OUT/flash.png). With --json the last line of stdout is one JSON
 # object (see docs/flash.md).
 set -u
+cli_name=flash.sh
+usage() {
+	cat <<EOT
+usage: bench/flash.sh [options]
+
+LLM in a flash on this machine: a generated model (sbgen, cached under
+BUILD/flash) larger than its memory budget, run four ways under that budget
+(resident, mmap_dense, mmap_sparse, sparsebuf); a table, the targets and a
+chart, or one JSON object (docs/flash.md).
+
+options:
+  --model-bytes SIZE       the model's size (default 1G; 4.5G is fine)
+  --budget-fraction F      the budget, a fraction of the model in (0, 1]
+                           (default 0.5)
+  --steps S                tokens per run (default 16)
+  -k K                     sbflash's window (default 5)
+  --threads T              kernel threads, 0: one per CPU (default 0)
+  --seed S                 the model's and the tokens' seed (default 1)
+  --build DIR              where sbgen and sbflash are (default build)
+  --out DIR                logits, data and chart (default BUILD/bench-flash)
+  --perf                   also count faults under perf stat (stderr)
+  --json                   one JSON object as the last line of stdout
+  --help                   print this help and exit
+  --version                print the version and exit
+EOT
+}
+. "$(dirname "$0")/cli-lib.sh"
 bytes=1G frac=0.5 steps=16 k=5 threads=0 seed=1 build=build out= json=0
 perf=0
 while [ $# -gt 0 ]; do
 	case $1 in
-	--model-bytes) bytes=$2; shift ;;
-	--budget-fraction) frac=$2; shift ;;
-	--steps) steps=$2; shift ;;
-	-k) k=$2; shift ;;
-	--threads) threads=$2; shift ;;
-	--seed) seed=$2; shift ;;
+	--model-bytes | --budget-fraction | --steps | -k | --threads | --seed | \
+	--build | --out)
+		cli_need "$1" $# ;;
+	esac
+	case $1 in
+	--model-bytes) cli_size "$1" "$2"; bytes=$2; shift ;;
+	--budget-fraction) cli_fraction "$1" "$2"; frac=$2; shift ;;
+	--steps) cli_uint "$1" "$2" 1048576; steps=$2; shift ;;
+	-k) cli_uint "$1" "$2" 1048576; k=$2; shift ;;
+	--threads) cli_uint "$1" "$2" 256; threads=$2; shift ;;
+	--seed) cli_uint "$1" "$2"; seed=$2; shift ;;
 	--build) build=$2; shift ;;
 	--out) out=$2; shift ;;
 	--perf) perf=1 ;;
 	--json) json=1 ;;
-	*) echo "bench/flash.sh: unknown option $1" >&2; exit 2 ;;
+	*) cli_std "$1"; cli_fail "unexpected argument '$1'" ;;
 	esac
 	shift
 done
+[ "$steps" -ge 1 ] || cli_fail "--steps: '$steps' is out of range (1 to 1048576)"
+[ "$k" -ge 1 ] || cli_fail "-k: '$k' is out of range (1 to 1048576)"
 out=${out:-$build/bench-flash}
 mkdir -p "$build/flash" "$out"
 say() { echo "$*" >&2; }

@@ -4,6 +4,7 @@
 #
 #   bench/pagein-perf.sh [BUILD_DIR] [--dir D] [--size S] [--quick]
 #                        [--page-size P]
+#   bench/pagein-perf.sh --help | --version
 #
 # Runs `pagein --run sb` (one cold read of the file end to end through a
 # sb_buf_open_file buffer) and `pagein --run mmap` (the same reader over
@@ -21,6 +22,28 @@
 # mapping); mmap takes one per fault-around block.
 # Uses the same probe group as bench/perf-faults.sh: run one at a time.
 set -u
+cli_name=pagein-perf.sh
+usage() {
+	cat <<EOT
+usage: bench/pagein-perf.sh [BUILD_DIR] [options]
+
+Fault counts of bench/pagein's sequential reader (sparsebuf and mmap) from
+perf, next to the library's counters. Exit status 77 when perf cannot
+attach here.
+
+options:
+  --dir D                  where pagein's file is (as pagein)
+  --size SIZE              the file's size (as pagein)
+  --page-size SIZE         sparsebuf's page size (as pagein)
+  --quick                  64 MiB, the machine's cache left alone
+  --no-drop-caches         leave the machine's page cache alone
+  --help                   print this help and exit
+  --version                print the version and exit
+The other options of pagein (bench/pagein.sh passes them all) are accepted
+and ignored.
+EOT
+}
+. "$(dirname "$0")/cli-lib.sh"
 build=build
 case "${1:-}" in
 "" | -*) ;;
@@ -31,8 +54,15 @@ args=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--quick | --no-drop-caches) args="$args $1" ;;
-	--dir | --size | --page-size) args="$args $1 $2"; shift ;;
-	--reps | --touch | --only | --rand-blocks | --evict-size) shift ;;
+	--dir | --size | --page-size)
+		cli_need "$1" $#
+		args="$args $1 $2"
+		shift ;;
+	--reps | --touch | --only | --rand-blocks | --evict-size | --run | --wait)
+		cli_need "$1" $#
+		shift ;;
+	--sweep | --verbose) ;;
+	*) cli_std "$1"; cli_fail "unexpected argument '$1'" ;;
 	esac
 	shift
 done

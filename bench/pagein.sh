@@ -5,15 +5,39 @@
 # table of ratios and targets) and then bench/pagein-perf.sh (the
 # sequential reader's fault counts under perf next to the library's).
 # Options go to both, e.g. --quick (a smoke run of a few seconds), --dir D,
-# --size 2G, --reps N, --page-size 1M; see bench/pagein.c.
+# --size 2G, --reps N, --page-size 1M; see bench/pagein.c (pagein --help).
+#   bench/pagein.sh --help | --version
 set -u
+cli_name=pagein.sh
+usage() {
+	cat <<EOT
+usage: bench/pagein.sh [BUILD_DIR] [pagein options]
+
+The disk-tier benchmark: BUILD_DIR/bench/pagein (default build), then
+bench/pagein-perf.sh, both with the options given (BUILD_DIR/bench/pagein
+--help lists them; --quick is a smoke run of seconds).
+
+options:
+  --help                   print this help and exit
+  --version                print the version and exit
+EOT
+}
+. "$(dirname "$0")/cli-lib.sh"
+for a in "$@"; do
+	case $a in
+	--help | -h | --version) cli_std "$a" ;;
+	esac
+done
 build=build
 case "${1:-}" in
 "" | -*) ;;
 *) build=$1; shift ;;
 esac
+[ -x "$build/bench/pagein" ] || { echo "$cli_name: $build/bench/pagein missing (make)" >&2; exit 1; }
 status=0
 "$build/bench/pagein" "$@" || status=$?
+# 2: a bad option, which pagein has named; perf would only repeat it.
+[ $status -eq 2 ] && exit 2
 echo
 echo "=== fault counts (bench/pagein-perf.sh)"
 bench/pagein-perf.sh "$build" "$@"

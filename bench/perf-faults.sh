@@ -3,6 +3,7 @@
 # show that they agree.
 #
 #   bench/perf-faults.sh [--check] [BUILD_DIR]
+#   bench/perf-faults.sh --help | --version
 #
 # The workload (bench/fault_workload.c) grows 256 pages of 256 KiB by
 # touching them, places 256 more with sb_buf_map, shares 64 and writes
@@ -20,9 +21,32 @@
 #     the calling thread; they show in the process total, printed too.)
 # --check: exit 1 when a count disagrees (used by tests/test_perf).
 set -u
+cli_name=perf-faults.sh
+usage() {
+	cat <<EOT
+usage: bench/perf-faults.sh [--check] [BUILD_DIR]
+
+A workload's faults counted by perf next to sparsebuf's own counters
+(BUILD_DIR/bench/fault_workload, default build). Exit status 77 when perf
+cannot attach here.
+
+options:
+  --check                  exit 1 when a count disagrees
+  --help                   print this help and exit
+  --version                print the version and exit
+EOT
+}
+. "$(dirname "$0")/cli-lib.sh"
 check=0
-[ "${1:-}" = "--check" ] && { check=1; shift; }
-build=${1:-build}
+build=
+for a in "$@"; do
+	case $a in
+	--check) check=1 ;;
+	-*) cli_std "$a" ;;
+	*) [ -z "$build" ] || cli_fail "one BUILD_DIR expected"; build=$a ;;
+	esac
+done
+build=${build:-build}
 bin="$build/bench/fault_workload"
 . "$(dirname "$0")/perf-lib.sh"
 perf_setup "$bin"

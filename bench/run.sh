@@ -2,8 +2,29 @@
 # Run the benchmarks (make bench). Each prints its baseline, our figure,
 # the ratio and the target in one run; docs/PERFORMANCE.md records them.
 #   bench/run.sh [BUILD_DIR]
+#   bench/run.sh --help | --version
 set -u
-build=${1:-build}
+cli_name=run.sh
+usage() {
+	cat <<EOT
+usage: bench/run.sh [BUILD_DIR]
+
+Run every benchmark against the programs in BUILD_DIR (default build):
+place, perf-faults.sh, kernels_*, pagein.sh, flash.sh. Exit status 1 when
+one fails or misses a target.
+
+options:
+  --help                   print this help and exit
+  --version                print the version and exit
+EOT
+}
+. "$(dirname "$0")/cli-lib.sh"
+build=build
+for a in "$@"; do
+	cli_std "$a"
+done
+[ $# -le 1 ] || cli_fail "one BUILD_DIR expected, not $#"
+[ $# -eq 1 ] && build=$1
 status=0
 step() {
 	echo
