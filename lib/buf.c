@@ -141,6 +141,10 @@ struct sb_buf *sbi_buf_create(struct sb_pool *pool, size_t length,
 		return fail(err, r);
 	if (length > SIZE_MAX - (pool->page_size - 1))
 		return fail(err, -ENOMEM);
+	/* Its pages may go to disk from a fault: the disk tier (threads,
+	 * memory) is set up now, on this application thread. */
+	if ((flags & SB_BUF_EVICTABLE) && !sbi_disk_get(pool, &r))
+		return fail(err, r);
 	len = (length + pool->page_size - 1) & ~(pool->page_size - 1);
 	buf = calloc(1, sizeof(*buf));
 	if (!buf)
@@ -629,6 +633,7 @@ SB_API long sb_buf_share(struct sb_buf *dst, size_t dst_off,
 	struct sb_buf *first, *second;
 	size_t n, d0, s0, shared = 0, released = 0;
 	sbi_pid *snap;
+	int tries = 0;
 	long r;
 
 	if ((r = sbi_check_buf(dst)) < 0 || (r = sbi_check_buf(src)) < 0)
@@ -653,28 +658,46 @@ SB_API long sb_buf_share(struct sb_buf *dst, size_t dst_off,
 	n = len >> pool->page_shift;
 	d0 = dst_off >> pool->page_shift;
 	s0 = src_off >> pool->page_shift;
-	/* What the source has on disk is shared from memory: read it in. */
-	if (disk_used(src)) {
-		r = sbi_pagein_range(src, s0, s0 + n, true);
-		if (r < 0)
-			return r;
-	}
 	snap = malloc(n * sizeof(*snap));
 	if (!snap)
 		return -ENOMEM;
-
 	first = dst->id < src->id ? dst : src;
 	second = first == dst ? src : dst;
+	/* From here no new eviction starts in src; one already under way
+	 * may still send a page read in below back to disk: read again. */
+	atomic_fetch_add(&src->sharing, 1);
+again:
+	r = 0;
+	/* What the source has on disk is shared from memory: read it in. */
+	if (disk_used(src)) {
+		r = sbi_pagein_range(src, s0, s0 + n, true);
+		if (r < 0) {
+			atomic_fetch_sub(&src->sharing, 1);
+			free(snap);
+			return r;
+		}
+	}
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&first->lock);
 	if (second != first)
 		pthread_mutex_lock(&second->lock);
+	/* A page read in above went to disk again before we took the locks
+	 * (an eviction that had started): read again. Evictions that start
+	 * later leave src alone, so this ends at once. */
+	for (size_t k = 0; k < n && r >= 0; k++)
+		if (src->pte[s0 + k] & SBI_PTE_DISK)
+			r = -EAGAIN;
+	if (r == -EAGAIN && tries++ < 64) {
+		if (second != first)
+			pthread_mutex_unlock(&second->lock);
+		pthread_mutex_unlock(&first->lock);
+		pthread_rwlock_unlock(&pool->layout);
+		goto again;
+	}
 	/* Protect the source first: from here on a write through it copies,
 	 * so nothing it writes can show through dst. */
-	r = protect_src(src, s0, n);
-	for (size_t k = 0; k < n && r == 0; k++)
-		if (src->pte[s0 + k] & SBI_PTE_DISK)
-			r = -EAGAIN;	/* evicted again meanwhile */
+	if (r >= 0)
+		r = protect_src(src, s0, n);
 	if (r == 0) {
 		for (size_t k = 0; k < n; k++) {
 			snap[k] = pte_pid(src->pte[s0 + k]);
@@ -687,6 +710,7 @@ SB_API long sb_buf_share(struct sb_buf *dst, size_t dst_off,
 		pthread_mutex_unlock(&second->lock);
 	pthread_mutex_unlock(&first->lock);
 	pthread_rwlock_unlock(&pool->layout);
+	atomic_fetch_sub(&src->sharing, 1);
 	free(snap);
 	sbi_count(&pool->n_unmaps, released);
 	return r < 0 ? r : (long)shared;

@@ -210,9 +210,10 @@ static long write_pages(struct sb_buf *buf, const size_t *idx, size_t n)
 	size_t nio = 0;
 	int r = 0;
 
-	d = sbi_disk_get(pool, &r);
+	/* Set up by an application thread: this may be the fault path. */
+	d = sbi_disk_peek(pool);
 	if (!d)
-		return r;
+		return -EIO;
 	r = sbi_spill_alloc(d, n, slots);
 	if (r < 0)
 		return r;
@@ -457,7 +458,10 @@ static void evict_cold(struct sb_pool *pool, size_t want, struct sb_buf *held,
 			picked_done(pool, k - k0);
 			continue;
 		}
-		if (!lock_cand_buf(buf, held)) {
+		/* A buffer being shared from keeps its pages, except to its
+		 * own page-ins (the share's reads among them). */
+		if ((buf != held && atomic_load(&buf->sharing)) ||
+		    !lock_cand_buf(buf, held)) {
 			unpick(pool, c, k, j);
 			rd->busy += j - k;
 			k = j;
@@ -566,6 +570,7 @@ SB_API long sb_buf_evict(struct sb_buf *buf, size_t off, size_t len)
 {
 	struct sb_pool *pool;
 	struct sbi_span sp;
+	int r2 = 0;
 	long r;
 
 	if ((r = sbi_check_buf(buf)) < 0 ||
@@ -574,11 +579,17 @@ SB_API long sb_buf_evict(struct sb_buf *buf, size_t off, size_t len)
 	pool = buf->pool;
 	if (!pool->can_wp && !(buf->flags & SBI_BUF_RO))
 		return -EOPNOTSUPP;	/* no write-protect on shmem */
+	if (!sbi_disk_get(pool, &r2))
+		return r2;
 	/* Only pages lying wholly inside the range, as sb_buf_unmap. */
 	sp = sbi_span_inside(pool, off, len);
 	if (sp.first >= sp.end)
 		return 0;
 	sbi_prefetch_cancel(buf, sp.first, sp.end);
+	/* A share reading from this buffer finishes first: it holds its
+	 * pages in memory for a moment (buf.c). */
+	while (atomic_load(&buf->sharing))
+		usleep(100);
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);
 	r = sbi_evict_locked(buf, sp.first, sp.end);

@@ -50,6 +50,16 @@ void sbi_log(int level, const char *fmt, ...)
 #define sbi_info(...) sbi_log(SBI_LOG_INFO, __VA_ARGS__)
 #define sbi_debug(...) sbi_log(SBI_LOG_DEBUG, __VA_ARGS__)
 
+/* ---- thread.c: the library's threads ------------------------------------*/
+
+#include <sched.h>
+/* The CPUs the process could use when the library was loaded. */
+void sbi_process_cpus(cpu_set_t *set);
+/* Start a library thread: every signal blocked, named name (15 characters
+ * at most), on CPU cpu, or (cpu < 0) on the process's CPUs. 0 or -errno. */
+int sbi_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg,
+		     const char *name, int cpu);
+
 /* ---- config.c: SPARSEBUF_* environment ------------------------------------*/
 
 /* Parse "123", "256K", "64M", "2G", "1T" (binary units, optional "iB"/"B").
@@ -421,6 +431,10 @@ struct sb_buf {
 	size_t ra_next;		/* buf->lock: readahead, next expected page */
 	size_t ra_win;		/* buf->lock: readahead window, pages */
 	_Atomic bool disk_used;	/* pages of it went to disk once */
+	/* sb_buf_share calls reading from this buffer: eviction leaves it
+	 * alone meanwhile (a page read in for the share would otherwise go
+	 * straight back to disk, again and again). */
+	_Atomic unsigned sharing;
 };
 
 /* Pages [first, end) of a buffer. */
@@ -589,8 +603,16 @@ struct sbi_disk {
 	uint64_t done_gen;
 };
 
-/* The pool's disk tier, set up on first use; NULL and *err on failure. */
+/* The pool's disk tier, set up on first use; NULL and *err on failure. It
+ * starts threads and allocates: application threads only (the first
+ * evictable buffer, file or save, explicit eviction), never the fault
+ * path, which uses sbi_disk_peek. */
 struct sbi_disk *sbi_disk_get(struct sb_pool *pool, int *err);
+/* The disk tier if it is set up, else NULL. */
+static inline struct sbi_disk *sbi_disk_peek(struct sb_pool *pool)
+{
+	return atomic_load_explicit(&pool->disk, memory_order_acquire);
+}
 void sbi_disk_destroy(struct sb_pool *pool);
 size_t sbi_disk_spill_bytes(struct sb_pool *pool);
 /* A page-in finished: wake range waiters. */
@@ -642,6 +664,26 @@ long sbi_evict_locked(struct sb_buf *buf, size_t first, size_t end);
  * give back its spill slot and kept page (not for one in flight: its
  * request owns them). */
 void sbi_pte_release(struct sb_buf *buf, uint64_t pte);
+
+/* Files (file.c). */
+struct stat;
+/* 0 if st is a regular file (or, with allow_blk, a block device), else
+ * -EISDIR for a directory, -ENODEV for anything else (FIFO, socket,
+ * character device). */
+int sbi_file_kind(const struct stat *st, bool allow_blk);
+/* Open path read-only without blocking (a FIFO's open would wait for a
+ * writer) and accept only what sbi_file_kind accepts; st receives its
+ * fstat. Returns the descriptor (blocking reads) or -errno. */
+int sbi_file_open_input(const char *path, bool allow_blk, struct stat *st);
+/* A new O_DIRECT description of fd's own file (through /proc/self/fd),
+ * or -1. */
+int sbi_file_reopen_direct(int fd, int flags);
+/* Bytes in the file or block device (BLKGETSIZE64). 0 or -errno. */
+int sbi_file_size(int fd, const struct stat *st, uint64_t *size);
+/* pwrite / pread all of n bytes at off: 0 or -errno (a read that meets the
+ * end of the file: -EBADMSG). */
+int sbi_file_write_all(int fd, const void *p, size_t n, uint64_t off);
+int sbi_file_read_all(int fd, void *p, size_t n, uint64_t off);
 
 /* Read the data of a DISK page (not in flight) into mem (ps bytes, aligned)
  * synchronously and check it: save. 0 or -EIO. */

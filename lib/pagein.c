@@ -115,14 +115,21 @@ int sbi_src_check(struct sb_buf *buf, size_t idx, uint64_t src_pte,
 			       : -EBADMSG;
 	}
 	valid = at < src->size ? (size_t)(src->size - at) : 0;
-	if (valid > (size_t)res)
-		valid = (size_t)res;
+	if (valid > ps)
+		valid = ps;
 	if (!src->save) {
-		/* A plain file: what lies past its end reads as zeros. */
+		/* A plain file: what lay past its end when it was opened
+		 * reads as zeros. A read cut shorter than that means the file
+		 * shrank since: as with mmap(2), the touch gets SIGBUS, never
+		 * zeros where there was data. */
+		if ((size_t)res < valid)
+			return -ENODATA;
 		if (valid < ps)
 			memset((char *)mem + valid, 0, ps - valid);
 		return 0;
 	}
+	if (valid > (size_t)res)
+		valid = (size_t)res;
 	for (size_t b = 0; b < ps; b += 4096) {
 		size_t blk = (size_t)((at + b) >> 12);
 		bool present = blk < src->nblocks &&
@@ -215,8 +222,10 @@ static bool pagein_done(struct sbi_io *io)
 		if (r < 0) {
 			sbi_err("page-in of page %zu of buffer %u: %s", io->idx,
 				buf->id,
-				r == -EBADMSG ? "checksum mismatch"
-					      : strerror(-r));
+				r == -EBADMSG	 ? "checksum mismatch"
+				: r == -ENODATA ? "the file is shorter than "
+						  "when it was opened"
+						: strerror(-r));
 			sbi_count(&pool->n_io_errors, 1);
 		}
 	}
@@ -393,9 +402,11 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 	int r = 0;
 	bool ioerr;
 
-	d = sbi_disk_get(pool, &r);
+	/* Only a buffer with data on disk comes here, and the disk tier was
+	 * set up when that data went there. */
+	d = sbi_disk_peek(pool);
 	if (!d)
-		return r;
+		return 0;
 	/* Every range's reads in one submission (up to BATCH). */
 	pthread_rwlock_rdlock(&pool->reg_lock);
 	pthread_mutex_lock(&buf->lock);

@@ -19,9 +19,9 @@
 #include "uffd_compat.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <numa.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -648,22 +648,14 @@ static int check_numa(int node)
 
 static int start_threads(struct sb_pool *pool)
 {
-	sigset_t all, old;
-	int r;
+	int r = sbi_fault_start(pool);
 
-	/* Our threads take no signal meant for the host program. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	r = sbi_fault_start(pool);
 	if (r == 0) {
-		r = -pthread_create(&pool->ready_thread, NULL,
-				    sbi_ready_thread, pool);
+		r = sbi_thread_start(&pool->ready_thread, sbi_ready_thread,
+				     pool, "sb-ready", -1);
 		if (r < 0)
 			sbi_fault_stop(pool);
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (r == 0)
-		pthread_setname_np(pool->ready_thread, "sb-ready");
 	return r;
 }
 
@@ -915,10 +907,17 @@ SB_API long sb_pool_reserve(struct sb_pool *pool, long delta_bytes)
 	pages = delta_bytes / (long)pool->page_size +
 		(delta_bytes % (long)pool->page_size > 0);
 	pthread_mutex_lock(&pool->lock);
-	if (pages < 0 && (size_t)-pages > pool->ready_floor)
+	if (pages < 0 && (size_t)-pages > pool->ready_floor) {
 		pool->ready_floor = 0;
-	else
+	} else if (pages > 0 &&
+		   (size_t)pages > (size_t)(LONG_MAX >> pool->page_shift) -
+					   pool->ready_floor) {
+		/* The floor in bytes would not fit the return value. */
+		pthread_mutex_unlock(&pool->lock);
+		return -ERANGE;
+	} else {
 		pool->ready_floor = (size_t)((long)pool->ready_floor + pages);
+	}
 	if (pool->ready_target < pool->ready_floor)
 		pool->ready_target = pool->ready_floor;
 	pthread_cond_signal(&pool->ready_cond);

@@ -1,0 +1,586 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Save files: sb_buf_save writes a range of a buffer to a file,
+ * sb_buf_restore shows such a file as a writable buffer whose pages are
+ * read in lazily (a KV cache carried over to the next run).
+ *
+ * The format, all integers little-endian:
+ *
+ *   0       header (one 4 KiB block): magic "SBSAVE01", version, block size
+ *           (4096), length in bytes, number of blocks, offsets of the
+ *           tables and of the data, the CRC-32C of the tables, and the
+ *           header's own CRC-32C
+ *   4096    presence bitmap, one bit per block (0: a hole, reads as zeros)
+ *   ...     CRC-32C of every block (0 for holes)
+ *   data    the blocks, at data_off + block * 4096; holes are file holes
+ *
+ * Checksums are per 4 KiB block, so a file saved with one page size can be
+ * restored into a pool with another.
+ *
+ * A save is atomic: it writes an unnamed file (O_TMPFILE) in the
+ * destination's directory, makes it durable (data, then tables and
+ * header), gives it a temporary name and renames that over the
+ * destination. Whatever happens before the rename (an error, a full disk,
+ * kill -9) leaves the previous file as it was and nothing else behind; a
+ * buffer restored from the previous file keeps reading it (its descriptor
+ * holds the old inode), so "restore, continue, save to the same path"
+ * loses nothing. A destination that exists and is not a regular file is
+ * refused, never replaced. Where the file system has no O_TMPFILE, the
+ * file is made under a temporary name from the start (".NAME.sbsave-*"),
+ * which a kill -9 can leave behind.
+ *
+ * Restoring trusts nothing in the file: the header is checked field by
+ * field, the tables must be really held by the file (no holes: a sparse
+ * file of a few KiB declaring a terabyte is refused at once, with
+ * -EBADMSG, instead of costing a terabyte's worth of table reads), and
+ * every block is checked against its CRC when it is read.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SAVE_MAGIC "SBSAVE01"
+#define SAVE_VERSION 1
+#define BLOCK 4096
+#define BATCH 64
+/* 2^40 blocks: 4 PiB, beyond any address space. */
+#define MAX_BLOCKS ((uint64_t)1 << 40)
+
+struct save_header {
+	char magic[8];
+	uint32_t version;
+	uint32_t block;
+	uint64_t length;
+	uint64_t nblocks;
+	uint64_t present_off;
+	uint64_t crc_off;
+	uint64_t data_off;
+	uint32_t tables_crc;
+	uint32_t header_crc;	/* of this struct with header_crc = 0 */
+};
+
+static size_t round_block(size_t n)
+{
+	return (n + BLOCK - 1) & ~(size_t)(BLOCK - 1);
+}
+
+static struct sb_buf *fail(int *err, int e)
+{
+	if (err)
+		*err = e;
+	return NULL;
+}
+
+/* ---- the file a save writes --------------------------------------------------- */
+
+struct target {
+	char path[PATH_MAX];	/* where the save goes (symlinks resolved) */
+	char dir[PATH_MAX];
+	char tmp[PATH_MAX];	/* a temporary name, when it has one */
+	bool named;		/* tmp names the file (no O_TMPFILE) */
+	int fd;			/* buffered: tables and header */
+	int data_fd;		/* O_DIRECT when possible, else fd */
+};
+
+/* Where the save goes: path, or the file a symlink at path names. A path
+ * that names something other than a regular file is refused. */
+static int target_resolve(struct target *t, const char *path)
+{
+	struct stat st;
+	char copy[PATH_MAX];
+
+	if (strlen(path) >= sizeof(t->path))
+		return -ENAMETOOLONG;
+	if (stat(path, &st) == 0) {
+		int r = sbi_file_kind(&st, false);
+
+		if (r < 0)
+			return r;
+		if (!realpath(path, t->path))
+			return -errno;
+	} else if (errno == ENOENT) {
+		/* A dangling symlink is not ours to replace. */
+		if (lstat(path, &st) == 0)
+			return -ENOENT;
+		snprintf(t->path, sizeof(t->path), "%s", path);
+	} else {
+		return -errno;
+	}
+	snprintf(copy, sizeof(copy), "%s", t->path);
+	snprintf(t->dir, sizeof(t->dir), "%s", dirname(copy));
+	return 0;
+}
+
+/* A name for the new file beside the target: ".NAME.sbsave-XXXXXX". */
+static int temp_name(struct target *t)
+{
+	char copy[PATH_MAX];
+	const char *base;
+
+	snprintf(copy, sizeof(copy), "%s", t->path);
+	base = basename(copy);
+	if (snprintf(t->tmp, sizeof(t->tmp), "%s/.%s.sbsave-XXXXXX", t->dir,
+		     base) >= (int)sizeof(t->tmp))
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static int target_create(struct target *t)
+{
+	int r;
+
+	t->fd = open(t->dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+	if (t->fd < 0) {
+		if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+			return -errno;
+		/* No O_TMPFILE here: a named temporary file. */
+		r = temp_name(t);
+		if (r < 0)
+			return r;
+		t->fd = mkostemp(t->tmp, O_CLOEXEC);
+		if (t->fd < 0)
+			return -errno;
+		t->named = true;
+		if (fchmod(t->fd, 0644) < 0) {
+			/* Keep the 0600 mkostemp gave. */
+		}
+	}
+	t->data_fd = sbi_file_reopen_direct(t->fd, O_WRONLY);
+	if (t->data_fd < 0)
+		t->data_fd = t->fd;
+	return 0;
+}
+
+static unsigned long unique_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long)ts.tv_nsec ^ ((unsigned long)getpid() << 8);
+}
+
+/* Give the finished, durable file the target's name: a temporary name
+ * first (a file made with O_TMPFILE has none, and linkat cannot replace
+ * one), then rename over the target. */
+static int target_publish(struct target *t)
+{
+	char proc[64];
+	int dfd, r = 0;
+
+	if (!t->named) {
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", t->fd);
+		for (int tries = 0;; tries++) {
+			r = temp_name(t);
+			if (r < 0)
+				return r;
+			/* mkostemp's pattern, filled without creating. */
+			snprintf(t->tmp + strlen(t->tmp) - 6, 7, "%06lx",
+				 (unique_ns() + (unsigned long)tries) &
+					 0xffffff);
+			if (linkat(AT_FDCWD, proc, AT_FDCWD, t->tmp,
+				   AT_SYMLINK_FOLLOW) == 0)
+				break;
+			if (errno != EEXIST || tries == 100)
+				return -errno;
+		}
+		t->named = true;
+	}
+	if (rename(t->tmp, t->path) < 0)
+		return -errno;
+	t->named = false;	/* it is the target now: not ours to remove */
+	/* The rename itself is durable once the directory is. */
+	dfd = open(t->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		if (fsync(dfd) < 0)
+			r = 0;	/* the data is safe; the name may lag */
+		close(dfd);
+	}
+	return r;
+}
+
+static void target_close(struct target *t)
+{
+	if (t->data_fd >= 0 && t->data_fd != t->fd)
+		close(t->data_fd);
+	if (t->fd >= 0)
+		close(t->fd);
+	if (t->named)
+		unlink(t->tmp);	/* our own temporary file, never the target */
+}
+
+/* ---- save ----------------------------------------------------------------------- */
+
+struct saver {
+	struct sb_buf *buf;
+	struct sbi_io_engine *io;
+	int fd;			/* data, O_DIRECT when possible */
+	uint64_t data_off;
+	size_t first;		/* first page saved */
+	uint64_t *present;
+	uint32_t *crc;
+	char *bounce;		/* BATCH pages, for data on disk */
+};
+
+/* Save pages [i, end) (end - i <= BATCH); buf->lock held. */
+static int save_batch(struct saver *sv, size_t i, size_t end)
+{
+	struct sb_buf *buf = sv->buf;
+	struct sb_pool *pool = buf->pool;
+	size_t ps = pool->page_size;
+	struct sbi_io *ios[BATCH];
+	struct sbi_io_wait w;
+	size_t n = 0;
+	int r = 0;
+
+	for (size_t k = i; k < end && r == 0; k++) {
+		uint64_t pte = buf->pte[k];
+		sbi_pid p = sbi_pte_pid(pte);
+		char *mem;
+
+		if (pte & SBI_PTE_IOERR) {
+			r = -EIO;
+			break;
+		}
+		if (p) {
+			mem = sbi_pid_mem(pool, p - 1);
+		} else if (pte & SBI_PTE_DISK) {
+			mem = sv->bounce + (k - i) * ps;
+			r = sbi_pagein_read_sync(buf, k, mem);
+			if (r < 0) {
+				/* Lost (damaged, cut short): not savable. */
+				if (r == -EBADMSG || r == -ENODATA)
+					r = -EIO;
+				break;
+			}
+		} else {
+			continue;	/* nothing there: a hole */
+		}
+		for (size_t b = 0; b < ps; b += BLOCK) {
+			size_t blk = ((k - sv->first) * ps + b) / BLOCK;
+
+			sv->present[blk / 64] |= 1ull << (blk % 64);
+			sv->crc[blk] = sbi_crc32c(mem + b, BLOCK);
+		}
+		ios[n] = sbi_io_get(sv->io);
+		if (!ios[n])
+			r = -ENOMEM;
+		else {
+			ios[n]->write = true;
+			ios[n]->fd = sv->fd;
+			ios[n]->mem = mem;
+			ios[n]->len = ps;
+			ios[n]->off = sv->data_off + (k - sv->first) * ps;
+			ios[n]->done = sbi_io_wait_done;
+			ios[n]->wait = &w;
+			n++;
+		}
+	}
+	if (!n)
+		return r;
+	sbi_io_wait_init(&w, n);	/* before any request can finish */
+	if (r < 0) {
+		for (size_t k = 0; k < n; k++)
+			sbi_io_put(sv->io, ios[k]);
+		pthread_mutex_destroy(&w.lock);
+		pthread_cond_destroy(&w.cond);
+		return r;
+	}
+	sbi_io_submit(sv->io, ios, n);
+	r = sbi_io_wait(&w);
+	for (size_t k = 0; k < n; k++)
+		sbi_io_put(sv->io, ios[k]);
+	return r;
+}
+
+static bool range_inflight(struct sb_buf *buf, size_t first, size_t end)
+{
+	for (size_t i = first; i < end; i++)
+		if (buf->pte[i] & SBI_PTE_INFLIGHT)
+			return true;
+	return false;
+}
+
+/* The data of pages [first, end), under the buffer's lock: a snapshot of
+ * the range (faults in it wait until we are done). Reads in flight finish
+ * first (they need the lock to land). */
+static int save_data(struct saver *sv, struct sbi_disk *d, size_t first,
+		     size_t end)
+{
+	struct sb_buf *buf = sv->buf;
+	struct sb_pool *pool = buf->pool;
+	int r = 0;
+
+	for (;;) {
+		pthread_rwlock_rdlock(&pool->layout);
+		pthread_mutex_lock(&buf->lock);
+		if (!range_inflight(buf, first, end))
+			break;
+		pthread_mutex_unlock(&buf->lock);
+		pthread_rwlock_unlock(&pool->layout);
+		sbi_disk_wait_gen(d, sbi_disk_gen(d), 10);
+	}
+	for (size_t i = first; i < end && r == 0; i += BATCH)
+		r = save_batch(sv, i, i + BATCH < end ? i + BATCH : end);
+	pthread_mutex_unlock(&buf->lock);
+	pthread_rwlock_unlock(&pool->layout);
+	return r;
+}
+
+/* Tables, then the header, each made durable in that order: a file whose
+ * header is there has everything the header describes. */
+static int save_tables(struct target *t, const struct saver *sv,
+		       size_t npages, size_t ps, size_t bitmap_bytes,
+		       size_t crc_bytes)
+{
+	struct save_header h = {0};
+	char *head;
+	int r;
+
+	r = sbi_file_write_all(t->fd, sv->present, bitmap_bytes, BLOCK);
+	if (r == 0)
+		r = sbi_file_write_all(t->fd, sv->crc, crc_bytes,
+				       BLOCK + bitmap_bytes);
+	if (r == 0 && fdatasync(t->data_fd) < 0)
+		r = -errno;
+	if (r == 0 && t->data_fd != t->fd && fdatasync(t->fd) < 0)
+		r = -errno;
+	if (r < 0)
+		return r;
+	memcpy(h.magic, SAVE_MAGIC, sizeof(h.magic));
+	h.version = SAVE_VERSION;
+	h.block = BLOCK;
+	h.length = (uint64_t)npages * ps;
+	h.nblocks = h.length / BLOCK;
+	h.present_off = BLOCK;
+	h.crc_off = BLOCK + bitmap_bytes;
+	h.data_off = sv->data_off;
+	/* One checksum over both tables, which lie back to back (and are
+	 * allocated back to back, see sb_buf_save). */
+	h.tables_crc = sbi_crc32c(sv->present, bitmap_bytes + crc_bytes);
+	h.header_crc = sbi_crc32c(&h, sizeof(h));
+	head = calloc(1, BLOCK);
+	if (!head)
+		return -ENOMEM;
+	memcpy(head, &h, sizeof(h));
+	r = sbi_file_write_all(t->fd, head, BLOCK, 0);
+	free(head);
+	if (r == 0 && fdatasync(t->fd) < 0)
+		r = -errno;
+	return r;
+}
+
+SB_API int sb_buf_save(struct sb_buf *buf, size_t off, size_t len,
+		       const char *path)
+{
+	struct sb_pool *pool;
+	struct sbi_disk *d;
+	struct saver sv = {0};
+	struct target t = {.fd = -1, .data_fd = -1};
+	struct sbi_span pg;
+	size_t npages, ps, nblocks, bitmap_bytes, crc_bytes;
+	char *tables = NULL;
+	int r = 0;
+
+	if (!path || !*path)
+		return -EINVAL;
+	if ((r = sbi_check_buf(buf)) < 0 ||
+	    (r = sbi_check_range(buf, off, len)) < 0)
+		return r;
+	pool = buf->pool;
+	ps = pool->page_size;
+	if ((off & (ps - 1)) || !len)
+		return -EINVAL;
+	pg = sbi_span_touched(pool, off, len);
+	npages = pg.end - pg.first;
+	d = sbi_disk_get(pool, &r);
+	if (!d)
+		return r;
+	nblocks = npages * (ps / BLOCK);
+	bitmap_bytes = round_block((nblocks + 63) / 64 * 8);
+	crc_bytes = round_block(nblocks * sizeof(uint32_t));
+	sv.buf = buf;
+	sv.io = d->io;
+	sv.first = pg.first;
+	sv.data_off = BLOCK + bitmap_bytes + crc_bytes;
+	/* The two tables in one allocation, as they lie in the file. */
+	if (posix_memalign((void **)&tables, BLOCK, bitmap_bytes + crc_bytes) ||
+	    posix_memalign((void **)&sv.bounce, BLOCK, BATCH * ps)) {
+		r = -ENOMEM;
+		goto out;
+	}
+	memset(tables, 0, bitmap_bytes + crc_bytes);
+	sv.present = (uint64_t *)tables;
+	sv.crc = (uint32_t *)(tables + bitmap_bytes);
+
+	r = target_resolve(&t, path);
+	if (r == 0)
+		r = target_create(&t);
+	if (r < 0)
+		goto out;
+	sv.fd = t.data_fd;
+	/* The full length now: trailing holes read as holes. */
+	if (ftruncate(t.fd, (off_t)(sv.data_off + npages * ps)) < 0) {
+		r = -errno;
+		goto out;
+	}
+	r = save_data(&sv, d, pg.first, pg.end);
+	if (r == 0)
+		r = save_tables(&t, &sv, npages, ps, bitmap_bytes, crc_bytes);
+	if (r == 0)
+		r = target_publish(&t);
+out:
+	target_close(&t);
+	free(tables);
+	free(sv.bounce);
+	return r;
+}
+
+/* ---- restore --------------------------------------------------------------------- */
+
+/* Read and check the header and tables into src. */
+static int load_tables(int fd, const struct stat *st, struct sbi_src *src,
+		       uint64_t *length)
+{
+	struct save_header h;
+	size_t bitmap_bytes, crc_bytes;
+	uint32_t want;
+	off_t hole;
+	char *tables;
+	int r;
+
+	if ((uint64_t)st->st_size < BLOCK)
+		return -EBADMSG;
+	r = sbi_file_read_all(fd, &h, sizeof(h), 0);
+	if (r < 0)
+		return r;
+	want = h.header_crc;
+	h.header_crc = 0;
+	if (memcmp(h.magic, SAVE_MAGIC, sizeof(h.magic)) ||
+	    h.version != SAVE_VERSION || h.block != BLOCK ||
+	    sbi_crc32c(&h, sizeof(h)) != want)
+		return -EBADMSG;
+	if (!h.length || h.length % BLOCK || h.nblocks != h.length / BLOCK ||
+	    h.nblocks > MAX_BLOCKS || h.length > SIZE_MAX)
+		return -EBADMSG;
+	bitmap_bytes = round_block((size_t)(h.nblocks + 63) / 64 * 8);
+	crc_bytes = round_block((size_t)h.nblocks * sizeof(uint32_t));
+	if (h.present_off != BLOCK || h.crc_off != BLOCK + bitmap_bytes ||
+	    h.data_off != h.crc_off + crc_bytes ||
+	    (uint64_t)st->st_size < h.data_off ||
+	    (uint64_t)st->st_size - h.data_off < h.length)
+		return -EBADMSG;
+	/* sb_buf_save writes every byte of the tables: a hole in them means
+	 * a file made some other way, whose tables would cost their
+	 * declared size to read for nothing (a few KiB of sparse file can
+	 * declare a terabyte). */
+	hole = lseek(fd, BLOCK, SEEK_HOLE);
+	if (hole >= 0 && (uint64_t)hole < h.data_off)
+		return -EBADMSG;
+	tables = malloc(bitmap_bytes + crc_bytes);
+	if (!tables)
+		return -ENOMEM;
+	r = sbi_file_read_all(fd, tables, bitmap_bytes + crc_bytes, BLOCK);
+	if (r == 0 && sbi_crc32c(tables, bitmap_bytes + crc_bytes) !=
+			      h.tables_crc)
+		r = -EBADMSG;
+	if (r == 0) {
+		src->present = malloc(bitmap_bytes);
+		src->crc = malloc(crc_bytes);
+		if (!src->present || !src->crc)
+			r = -ENOMEM;
+	}
+	if (r == 0) {
+		memcpy(src->present, tables, bitmap_bytes);
+		memcpy(src->crc, tables + bitmap_bytes, crc_bytes);
+		src->nblocks = (size_t)h.nblocks;
+		src->base = h.data_off;
+		src->size = h.length;
+		src->save = true;
+		*length = h.length;
+	}
+	free(tables);
+	return r;
+}
+
+/* Mark the pages that hold data (a present block) as on disk; the rest
+ * stay empty (holes read as zeros). Goes by bitmap words, so a sparse
+ * save costs what it holds. */
+static void mark_present(struct sb_buf *buf, const struct sbi_src *src)
+{
+	size_t per = buf->pool->page_size / BLOCK;	/* blocks per page */
+	size_t nwords = (src->nblocks + 63) / 64;
+
+	for (size_t w = 0; w < nwords; w++) {
+		uint64_t bits = src->present[w];
+
+		while (bits) {
+			size_t blk = w * 64 + (size_t)__builtin_ctzll(bits);
+			size_t page = blk / per;
+
+			if (blk >= src->nblocks)
+				break;
+			buf->pte[page] = SBI_PTE_DISK;
+			/* Skip the rest of this page's blocks. */
+			if ((page + 1) * per >= (w + 1) * 64)
+				break;
+			bits &= ~0ull << ((page + 1) * per - w * 64);
+		}
+	}
+}
+
+SB_API struct sb_buf *sb_buf_restore(struct sb_pool *pool, const char *path,
+				     unsigned flags, int *err)
+{
+	struct sbi_src *src;
+	struct sb_buf *buf;
+	struct stat st;
+	uint64_t length = 0;
+	int fd, direct, r = 0;
+
+	if (!pool || !path || (flags & ~(SB_BUF_STRICT | SB_BUF_EVICTABLE)))
+		return fail(err, -EINVAL);
+	if ((r = sbi_pool_check(pool)) < 0)
+		return fail(err, r);
+	if (!sbi_disk_get(pool, &r))
+		return fail(err, r);
+	fd = sbi_file_open_input(path, false, &st);
+	if (fd < 0)
+		return fail(err, fd);
+	src = calloc(1, sizeof(*src));
+	if (!src) {
+		close(fd);
+		return fail(err, -ENOMEM);
+	}
+	src->fd = fd;
+	r = load_tables(fd, &st, src, &length);
+	if (r < 0)
+		goto out;
+	/* Pages are read through a second description of the same file
+	 * (never reopened by name: the path may name a newer save by then),
+	 * O_DIRECT when the file system takes it. */
+	direct = sbi_file_reopen_direct(fd, O_RDONLY);
+	if (direct >= 0) {
+		close(fd);
+		src->fd = direct;
+		src->direct = true;
+	}
+	buf = sbi_buf_create(pool, (size_t)length, flags, src, &r);
+	if (!buf)
+		goto out;
+	pthread_mutex_lock(&buf->lock);
+	mark_present(buf, src);
+	pthread_mutex_unlock(&buf->lock);
+	return buf;
+out:
+	sbi_src_free(src);
+	return fail(err, r);
+}
