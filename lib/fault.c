@@ -315,8 +315,9 @@ static int allowed_cpus(int *cpus, int max)
 	cpu_set_t set;
 	int n = 0;
 
-	if (sched_getaffinity(0, sizeof(set), &set) < 0)
-		return 0;
+	/* The process's CPUs, not the caller's: a pool created by a pinned
+	 * thread still gets a handler on every CPU. */
+	sbi_process_cpus(&set);
 	for (int c = 0; c < CPU_SETSIZE && (max == 0 || n < max); c++)
 		if (CPU_ISSET(c, &set))
 			cpus[n++] = c;
@@ -338,24 +339,15 @@ int sbi_fault_start(struct sb_pool *pool)
 		return -ENOMEM;
 	for (pool->nfault = 0; pool->nfault < n; pool->nfault++) {
 		struct sbi_fault_thread *t = &pool->faulters[pool->nfault];
-		pthread_attr_t attr;
-		cpu_set_t one;
 		char name[16];
 
 		t->pool = pool;
 		t->cpu = n > 1 ? cpus[pool->nfault] : -1;
-		pthread_attr_init(&attr);
-		if (t->cpu >= 0) {
-			CPU_ZERO(&one);
-			CPU_SET(t->cpu, &one);
-			pthread_attr_setaffinity_np(&attr, sizeof(one), &one);
-		}
-		r = -pthread_create(&t->thread, &attr, sbi_fault_thread, t);
-		pthread_attr_destroy(&attr);
+		snprintf(name, sizeof(name), "sb-fault/%d", t->cpu);
+		r = sbi_thread_start(&t->thread, sbi_fault_thread, t, name,
+				     t->cpu);
 		if (r < 0)
 			break;
-		snprintf(name, sizeof(name), "sb-fault/%d", t->cpu);
-		pthread_setname_np(t->thread, name);
 	}
 	if (r < 0) {
 		sbi_fault_stop(pool);

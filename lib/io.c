@@ -26,7 +26,6 @@
 #include <errno.h>
 #include <liburing.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -396,7 +395,6 @@ static int setup_ring(struct sbi_io_engine *e)
 struct sbi_io_engine *sbi_io_create(int *err)
 {
 	struct sbi_io_engine *e = calloc(1, sizeof(*e));
-	sigset_t all, old;
 	int r;
 
 	if (!e) {
@@ -417,21 +415,16 @@ struct sbi_io_engine *sbi_io_create(int *err)
 	else
 		snprintf(e->name, sizeof(e->name), "pread/pwrite (io_uring: %s)",
 			 r == -ENOTSUP ? "off" : strerror(-r));
-	/* The engine's threads take no signals meant for the program. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	r = -pthread_create(&e->completer, NULL, completer, e);
+	r = sbi_thread_start(&e->completer, completer, e, "sb-io-done", -1);
 	for (; r == 0 && !e->uring && e->nworkers < NWORKERS; e->nworkers++) {
-		if (pthread_create(&e->workers[e->nworkers], NULL, worker, e))
+		if (sbi_thread_start(&e->workers[e->nworkers], worker, e,
+				     "sb-io", -1) < 0)
 			break;	/* fewer workers will do */
-		pthread_setname_np(e->workers[e->nworkers], "sb-io");
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (r < 0) {
 		*err = r;
 		goto out_ring;
 	}
-	pthread_setname_np(e->completer, "sb-io-done");
 	if (!e->uring && e->nworkers == 0) {
 		sbi_io_destroy(e);
 		*err = -EAGAIN;
