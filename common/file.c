@@ -15,7 +15,7 @@
 
 static int not_regular(mode_t m)
 {
-	return S_ISDIR(m) ? -EISDIR : -EINVAL;
+	return S_ISDIR(m) ? -EISDIR : -ENODEV;
 }
 
 int sbc_open_regular(const char *path, uint64_t *size)

@@ -20,8 +20,9 @@
 /* Open path read-only (O_CLOEXEC) if it is a regular file, without
  * blocking whatever it is. Returns the descriptor, in blocking mode, with
  * the file's size in *size when size is not NULL; or -errno: -EISDIR for
- * a directory, -EINVAL for anything else that is not a regular file (a
- * FIFO, a socket, a device), the open(2) or fstat(2) error. */
+ * a directory, -ENODEV for anything else that is not a regular file (a
+ * FIFO, a socket, a device: the errno lib/file.c uses too), the open(2)
+ * or fstat(2) error. */
 int sbc_open_regular(const char *path, uint64_t *size);
 
 /* A file being written to replace a path (sbc_out_open .. commit). */

@@ -81,7 +81,7 @@ int sbf_header_check(const struct sbf_header *h, uint64_t file_bytes,
 	return 0;
 }
 
-int sbf_header_read(int fd, struct sbf_header *h, const char **why)
+static int header_read(int fd, struct sbf_header *h, const char **why)
 {
 	struct stat st;
 	ssize_t n = pread(fd, h, sizeof(*h), 0);
@@ -95,13 +95,18 @@ int sbf_header_read(int fd, struct sbf_header *h, const char **why)
 	return sbf_header_check(h, (uint64_t)st.st_size, why);
 }
 
+int sbf_header_read(int fd, struct sbf_header *h)
+{
+	return header_read(fd, h, NULL);
+}
+
 int sbf_open(const char *path, struct sbf_header *h, const char **why)
 {
 	int fd = sbc_open_regular(path, NULL), r;
 
 	if (fd < 0)
 		return fd;
-	r = sbf_header_read(fd, h, why);
+	r = header_read(fd, h, why);
 	if (r < 0) {
 		close(fd);
 		return r;

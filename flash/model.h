@@ -43,7 +43,7 @@ struct sbf_model {
  * file's size. 0 or -errno (-EBADMSG as above, pread(2)/fstat(2) errors).
  *
  * sbf_open: open the checkpoint at path and read its header. Returns the
- * descriptor (O_CLOEXEC) or -errno: -EINVAL when path is not a regular
+ * descriptor (O_CLOEXEC) or -errno: -ENODEV when path is not a regular
  * file (a FIFO is refused without blocking), -EISDIR, -EBADMSG (*why set),
  * the open(2) error.
  */
@@ -54,7 +54,7 @@ struct sbf_model {
 int sbf_geometry_check(const struct sbf_header *h, const char **why);
 int sbf_header_check(const struct sbf_header *h, uint64_t file_bytes,
 		     const char **why);
-int sbf_header_read(int fd, struct sbf_header *h, const char **why);
+int sbf_header_read(int fd, struct sbf_header *h);
 int sbf_open(const char *path, struct sbf_header *h, const char **why);
 
 /* Point m at the weights of the resident section res (res_bytes long). */

@@ -288,7 +288,7 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 	fd = sbf_open(o->path, &h, &why);
 	if (fd < 0) {
 		fprintf(stderr, "sbflash: %s: %s%s\n", o->path,
-			fd == -EINVAL	? "not a regular file"
+			fd == -ENODEV	? "not a regular file"
 			: fd == -EBADMSG ? "not an sbflash checkpoint: "
 					 : strerror(-fd),
 			fd == -EBADMSG ? why : "");

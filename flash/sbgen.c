@@ -192,7 +192,7 @@ int main(int argc, char **argv)
 		fd = sbf_open(info, &h, &why);
 		if (fd < 0) {
 			fprintf(stderr, "sbgen: %s: %s%s\n", info,
-				fd == -EINVAL	 ? "not a regular file"
+				fd == -ENODEV	 ? "not a regular file"
 				: fd == -EBADMSG ? "not an sbflash checkpoint: "
 						 : strerror(-fd),
 				fd == -EBADMSG ? why : "");

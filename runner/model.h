@@ -83,7 +83,7 @@ struct sbm_session {
  * -EINVAL (NULL or misaligned data), -EBADMSG (not a llama2.c checkpoint
  * or inconsistent with its size: m->why says which check failed).
  *
- * sbm_load: the file at path, memory-mapped. Returns 0 or -errno: -EINVAL
+ * sbm_load: the file at path, memory-mapped. Returns 0 or -errno: -ENODEV
  * when path is not a regular file (a FIFO is refused without blocking),
  * -EISDIR, -EBADMSG as sbm_bind, the open(2)/mmap(2) error.
  */
@@ -156,7 +156,7 @@ struct sbm_tokenizer {
  * Returns 0, -EINVAL (vocab_size < 1), -ENOMEM, -EBADMSG (truncated or
  * out of range: t->why says which). Nothing to free on failure.
  *
- * sbm_tokenizer_load: the file at path. As sbm_tokenizer_parse, and -EINVAL
+ * sbm_tokenizer_load: the file at path. As sbm_tokenizer_parse, and -ENODEV
  * when path is not a regular file (a FIFO is refused without blocking),
  * -EISDIR, the open(2)/read(2) error.
  */

@@ -71,7 +71,7 @@ static int parse_ids(const struct sbc *c, const char *s, int **out)
 static void load_error(const char *path, int r, const char *what,
 		       const char *why)
 {
-	if (r == -EINVAL)
+	if (r == -ENODEV)
 		fprintf(stderr, "sbrun: %s: not a regular file\n", path);
 	else if (r == -EBADMSG)
 		fprintf(stderr, "sbrun: %s: not a llama2.c %s: %s\n", path,

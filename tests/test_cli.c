@@ -1121,17 +1121,17 @@ static int child(const char *name)
 
 	if (strcmp(name, "fifo_loaders") || !fifo)
 		return 2;
-	if (sbm_load(&m, fifo) != -EINVAL)
+	if (sbm_load(&m, fifo) != -ENODEV)
 		return 3;
-	if (sbm_tokenizer_load(&t, fifo, 512) != -EINVAL)
+	if (sbm_tokenizer_load(&t, fifo, 512) != -ENODEV)
 		return 4;
-	if (sbf_open(fifo, &h, &why) != -EINVAL)
+	if (sbf_open(fifo, &h, &why) != -ENODEV)
 		return 5;
-	if (sbc_open_regular(fifo, NULL) != -EINVAL)
+	if (sbc_open_regular(fifo, NULL) != -ENODEV)
 		return 6;
 	if (sbm_load(&m, "/") != -EISDIR)
 		return 7;
-	if (sbm_load(&m, "/dev/null") != -EINVAL)
+	if (sbm_load(&m, "/dev/null") != -ENODEV)
 		return 8;
 	return 0;
 }
