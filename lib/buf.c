@@ -425,7 +425,9 @@ long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 		}
 	buf->nplaced += n;
 	sbi_count(&pool->n_maps, n);
-	r = (long)(n + nin);
+	/* A page read in above and then unmapped by another thread was
+	 * placed twice by this call: count pages, not placements. */
+	r = (long)(n + nin < end - first ? n + nin : end - first);
 	pthread_mutex_unlock(&buf->lock);
 	goto out_unlocked;
 out_unplace:

@@ -70,6 +70,7 @@ void sbi_sigbus_note(struct sb_buf *buf, size_t idx, int err,
 {
 	struct sb_pool *pool = buf->pool;
 	uint64_t now = mono_ms(), last, n;
+	bool at_budget;
 
 	/* Counted before the wake-up: the thread may look at once. */
 	n = atomic_fetch_add_explicit(&pool->n_sigbus, 1,
@@ -85,9 +86,13 @@ void sbi_sigbus_note(struct sb_buf *buf, size_t idx, int err,
 		return;
 	if (!atomic_compare_exchange_strong(&pool->sigbus_log_ms, &last, now))
 		return;
-	if (pool->max_pages == SIZE_MAX)
-		sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): the "
-			 "system has no memory for a page (%llu SIGBUS so far)",
+	pthread_mutex_lock(&pool->lock);
+	at_budget = pool->used >= pool->max_pages;
+	pthread_mutex_unlock(&pool->lock);
+	if (!at_budget)
+		sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): no "
+			 "memory for a page, or no mapping for it "
+			 "(vm.max_map_count) (%llu SIGBUS so far)",
 			 pool->id, what, idx, buf->id, (unsigned long long)n);
 	else
 		sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): the "

@@ -26,8 +26,26 @@
 #define __NR_io_uring_setup 425
 #endif
 
-static struct sb_features features;
-static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+/*
+ * The probe fills `features`, one of two slots, and publishes it through
+ * `current`. A probe that failed for want of a resource (EMFILE, ENFILE,
+ * ENOMEM: the process, not the kernel, was short) is not the answer for
+ * good: the next call probes again, into the other slot, so that a
+ * program whose first pool failed at its descriptor limit gets pools once
+ * descriptors are back.
+ */
+static struct sb_features slots[2];
+static struct sb_features *_Atomic current;
+static struct sb_features features;	/* the probe's scratch */
+static bool transient;			/* the probe met a shortage */
+static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic bool final_flag;		/* the answer is for good */
+
+static void note_error(int e)
+{
+	if (e == -EMFILE || e == -ENFILE || e == -ENOMEM || e == -EAGAIN)
+		transient = true;
+}
 
 static int uffd_raw(enum sb_uffd_mode mode)
 {
@@ -85,8 +103,10 @@ static void probe_ioctls(void)
 	int fd, mfd;
 
 	fd = uffd_raw(features.uffd_mode);
-	if (fd < 0)
+	if (fd < 0) {
+		note_error(fd);
 		return;
+	}
 	api.features = features.uffd_features &
 		       (UFFD_FEATURE_WP_HUGETLBFS_SHMEM |
 			UFFD_FEATURE_PAGEFAULT_FLAG_WP);
@@ -109,6 +129,8 @@ static void probe_ioctls(void)
 		munmap(p, len);
 	}
 	mfd = memfd_create("sparsebuf-probe", MFD_CLOEXEC);
+	if (mfd < 0)
+		note_error(-errno);
 	if (mfd >= 0 && ftruncate(mfd, (off_t)len) == 0) {
 		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
 		if (p != MAP_FAILED) {
@@ -144,6 +166,7 @@ static void probe_uffd(void)
 		/* Keep the most telling error: EPERM beats ENOENT. */
 		if (features.uffd_error != -EPERM)
 			features.uffd_error = fd;
+		note_error(fd);
 	}
 	if (fd < 0)
 		return;
@@ -245,8 +268,30 @@ static void probe(void)
 
 const struct sb_features *sbi_features(void)
 {
-	pthread_once(&probe_once, probe);
-	return &features;
+	struct sb_features *f;
+
+	if (atomic_load_explicit(&final_flag, memory_order_acquire))
+		return atomic_load_explicit(&current, memory_order_relaxed);
+	pthread_mutex_lock(&probe_lock);
+	if (!atomic_load_explicit(&final_flag, memory_order_relaxed)) {
+		f = atomic_load_explicit(&current, memory_order_relaxed);
+		f = f == &slots[0] ? &slots[1] : &slots[0];
+		memset(&features, 0, sizeof(features));
+		transient = false;
+		probe();
+		*f = features;
+		atomic_store_explicit(&current, f, memory_order_release);
+		if (transient)
+			sbi_debug("feature probe short of a resource (%s): "
+				  "probing again at the next call",
+				  strerror(-features.uffd_error));
+		else
+			atomic_store_explicit(&final_flag, true,
+					      memory_order_release);
+	}
+	f = atomic_load_explicit(&current, memory_order_relaxed);
+	pthread_mutex_unlock(&probe_lock);
+	return f;
 }
 
 SB_API int sb_features_get(struct sb_features *f)
