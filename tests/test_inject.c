@@ -19,9 +19,12 @@
  *     fails with a documented error; once the limit is raised, all of them
  *     work again in the same pool (issue 10 defect 10), a missing spill
  *     directory likewise.
- *   maxmap: vm.max_map_count lowered just above what the child maps (root;
- *     the parent saves the value and restores it whatever happens to the
- *     child, on SIGTERM too): scattered sb_buf_map fails with -ENOMEM,
+ *   maxmap: the child's mappings used up to ~150 under vm.max_map_count
+ *     (filler pages of alternating protection: the sysctl is system-wide,
+ *     and lowering it breaks mmap in every other process on the machine
+ *     meanwhile; SB_INJECT_SYSCTL=1 lowers the sysctl instead, as root,
+ *     the parent restoring it whatever happens to the child, on SIGTERM
+ *     too): scattered sb_buf_map fails with -ENOMEM,
  *     faults get SIGBUS, share/evict/unmap fail with documented errors,
  *     every page written reads back exactly or raises SIGBUS (never
  *     zeros); with the limit back, everything places and reads back.
@@ -33,14 +36,15 @@
  *     and automatic under a budget): its spill file (an unlinked
  *     O_TMPFILE) leaves nothing in the spill directory.
  *
- * The mounts and the sysctl need root: those parts skip without it, saying
- * so.
+ * The mounts need root: those parts skip without it, saying so.
+ * SB_INJECT="part ..." runs some parts only.
  */
 #include "harness.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -702,9 +706,46 @@ static int write_long(const char *path, long v)
 
 #define MM_PAGE (4 * KiB)
 
+/*
+ * Use up this process's mappings until `room` are left under
+ * vm.max_map_count: pages of alternating protection, each its own
+ * mapping. What a lowered sysctl would do, to this process alone (the
+ * sysctl is system-wide: lowering it breaks mmap in every other process
+ * running meanwhile). Returns the filler, to munmap.
+ */
+static void *fill_maps(long room, size_t *len)
+{
+	struct sb_features f;
+	long want;
+	char *m;
+
+	sb_features_get(&f);
+	/* Each page protected apart splits off two mappings (itself and
+	 * the readable rest after it). */
+	want = (f.max_map_count - room - f.map_count) / 2;
+	if (want <= 0)
+		return NULL;
+	*len = (size_t)(want + 1) * 2 * 4096;
+	m = mmap(NULL, *len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS |
+					     MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		FAIL("mmap of the filler: %s", strerror(errno));
+	for (long i = 0; i < want; i++)
+		if (mprotect(m + (size_t)(i + 1) * 2 * 4096 - 4096, 4096,
+			     PROT_NONE) < 0)
+			FAIL("mprotect of filler page %ld of %ld: %s", i, want,
+			     strerror(errno));
+	sb_features_get(&f);
+	printf("maxmap: %ld mappings of %ld\n", f.map_count, f.max_map_count);
+	return m;
+}
+
 static int maxmap(void)
 {
-	long old = strtol(getenv("SBT_OLD_MAXMAP"), NULL, 10);
+	const char *old_s = getenv("SBT_OLD_MAXMAP");
+	long old = old_s ? strtol(old_s, NULL, 10) : 0;
+	void *filler = NULL;
+	size_t filler_len = 0;
 	struct sb_features f;
 	struct sb_pool *p;
 	struct sb_buf *a, *c;
@@ -733,10 +774,18 @@ static int maxmap(void)
 	/* Room for about 150 more mappings: the sanitizers' runtimes map
 	 * memory of their own as the test goes. */
 	limit = f.map_count + 150 + MAPS_SLACK;
-	if (limit >= old)
-		SKIP("vm.max_map_count %ld is already low", old);
-	if (write_long(MAXMAP, limit) < 0)
-		SKIP("cannot write %s: %s", MAXMAP, strerror(errno));
+	if (old_s) {
+		if (limit >= old)
+			SKIP("vm.max_map_count %ld is already low", old);
+		if (write_long(MAXMAP, limit) < 0)
+			SKIP("cannot write %s: %s", MAXMAP, strerror(errno));
+	} else {
+		if (f.max_map_count <= 0 || f.max_map_count > 1000000)
+			SKIP("vm.max_map_count=%ld: too large to use up in a "
+			     "test",
+			     f.max_map_count);
+		filler = fill_maps(150 + MAPS_SLACK, &filler_len);
+	}
 
 	/* Scattered placements (every other page from page 1024): each is
 	 * a mapping of its own, until the limit: -ENOMEM. */
@@ -770,13 +819,15 @@ static int maxmap(void)
 	unmap_r = sb_buf_unmap(a, 10 * MM_PAGE, MM_PAGE);
 	sb_features_get(&f);
 	/* The limit back before anything that could fail the child. */
-	if (write_long(MAXMAP, old) < 0)
+	if (old_s && write_long(MAXMAP, old) < 0)
 		FAIL("cannot restore %s to %ld", MAXMAP, old);
-	printf("maxmap: limit %ld: %zu scattered maps, then %ld; %zu faults "
-	       "placed, %zu SIGBUS; share %ld, evict %ld, unmap %ld; %ld "
-	       "mappings\n",
-	       limit, nplaced, r, nfault, nbus, share_r, evict_r, unmap_r,
-	       f.map_count);
+	if (filler)
+		munmap(filler, filler_len);
+	printf("maxmap: room for %ld mappings: %zu scattered maps, then %ld; "
+	       "%zu faults placed, %zu SIGBUS; share %ld, evict %ld, unmap "
+	       "%ld; %ld mappings\n",
+	       (long)(150 + MAPS_SLACK), nplaced, r, nfault, nbus, share_r, evict_r,
+	       unmap_r, f.map_count);
 	CHECK_EQ(r, -ENOMEM);
 	CHECK(nplaced > 0);
 	CHECK(nbus > 0);
@@ -877,6 +928,23 @@ static void run_maxmap(void)
 	long now;
 	int st;
 
+	/* By default the mappings run out in the child alone (fill_maps). */
+	if (!getenv("SB_INJECT_SYSCTL")) {
+		env[0] = dirvar;
+		env[1] = NULL;
+		if (!mkdtemp(dir))
+			FAIL("mkdtemp: %s", strerror(errno));
+		snprintf(dirvar, sizeof(dirvar), "SBT_DIR=%s", dir);
+		printf("-- maxmap (this process's mappings used up)\n");
+		st = run_child_env("maxmap", env, 60, NULL, 0);
+		disk_rm_rf(dir);
+		if (child_exit_code(st) != 0 && child_exit_code(st) != 77)
+			FAIL("maxmap: child %s %d",
+			     WIFSIGNALED(st) ? "killed by signal" : "exit",
+			     WIFSIGNALED(st) ? WTERMSIG(st)
+					     : child_exit_code(st));
+		return;
+	}
 	if (geteuid() != 0) {
 		printf("maxmap: not run: lowering vm.max_map_count needs "
 		       "root\n");
@@ -1314,7 +1382,7 @@ static int main_test(void)
 		{"save-full", p_save_full, true},
 		{"emfile", p_emfile, false},
 		{"emfile-first", p_emfile_first, false},
-		{"maxmap", p_maxmap, true},
+		{"maxmap", p_maxmap, false},
 		{"kill-save", p_kill_save, false},
 		{"kill-evict", p_kill_evict, false},
 	};
