@@ -46,10 +46,11 @@ struct sb_pool_opts {
  * -EINVAL; the library's constructor has already logged why. */
 void sb_pool_opts_init(struct sb_pool_opts *opts);
 
-/* Create a pool. Starts its fault-handler and ready-page threads; commits no
- * memory until pages are placed. Errors: -EINVAL (bad options), -ENOSYS or
- * -EPERM (userfaultfd unavailable: sparsebuf-info says why), -ENOMEM,
- * -EMFILE. */
+/* Create a pool. Starts its fault-handler and ready-page threads (their
+ * CPUs set by the library, not inherited from the caller); commits no
+ * memory until pages are placed. Errors: -EINVAL (bad options), -ENOSYS,
+ * -EPERM or -EACCES (userfaultfd unavailable: sparsebuf-info says why),
+ * -ENOMEM, -EMFILE, -ENFILE, -EAGAIN (no thread). */
 struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts, int *err);
 
 /* Destroy a pool and every buffer still alive in it (their addresses become
@@ -91,18 +92,22 @@ struct sb_stats {
 	size_t spill_bytes;	/* spill file space holding evicted pages */
 };
 
-/* Snapshot of the pool's accounting. */
+/* Snapshot of the pool's accounting. Errors: -EINVAL, -ECHILD (a parent's
+ * pool in a fork()ed child; so for every call below). */
 int sb_pool_stats(struct sb_pool *pool, struct sb_stats *st);
 
 /* Give back what the pool holds without using it: the ready reserve and
- * every heap with no page in use. Returns the number of bytes released. */
+ * every heap with no page in use. Returns the number of bytes released.
+ * Errors: -EINVAL, -ECHILD. */
 long sb_pool_trim(struct sb_pool *pool);
 
 /* Keep at least this much more (delta_bytes > 0) or less (< 0) memory in
  * zeroed pages ready for growth: a floor under the pool's adaptive reserve,
  * for a client that knows its bursts (a KV cache whose every region crosses
  * a page boundary at the same position). Ready pages count in
- * bytes_resident and against the budget. Returns the floor in bytes. */
+ * bytes_resident and against the budget. Returns the floor in bytes.
+ * Errors: -EINVAL, -ECHILD, -ERANGE (the floor would not fit a long; it is
+ * left as it was). */
 long sb_pool_reserve(struct sb_pool *pool, long delta_bytes);
 
 /* ---- Sparse buffers ----------------------------------------------------- */
@@ -113,8 +118,11 @@ long sb_pool_reserve(struct sb_pool *pool, long delta_bytes);
 
 /* Reserve length bytes (rounded up to whole pages; terabytes are fine) of
  * address space aligned to the pool's page size. No physical memory is
- * committed. Errors: -EINVAL (NULL pool, zero length, unknown flag),
- * -ENOMEM (no address space). */
+ * committed. The pool's first SB_BUF_EVICTABLE buffer sets up its disk tier
+ * (I/O threads) here, so that no fault has to. Errors: -EINVAL (NULL pool,
+ * zero length, unknown flag), -ENOMEM (no address space), -EOPNOTSUPP
+ * (SB_BUF_EVICTABLE without write-protect on shmem), -ECHILD, and for an
+ * evictable buffer -EMFILE, -ENFILE, -EAGAIN (setting up the disk tier). */
 struct sb_buf *sb_buf_create(struct sb_pool *pool, size_t length,
 			     unsigned flags, int *err);
 
@@ -128,14 +136,19 @@ size_t sb_buf_length(const struct sb_buf *buf);
 struct sb_pool *sb_buf_pool(const struct sb_buf *buf);
 
 /* Place a page under every page of [off, off+len) that has none. Returns
- * the number of pages newly placed. All or nothing: -ENOMEM (budget or
- * memory) and any other error leave the buffer unchanged. -ERANGE when the
- * range reaches past the end. */
+ * the number of pages newly placed. All or nothing for the pages it
+ * allocates: on an error none is placed; pages whose data was on disk are
+ * read back first and stay placed even if the call then fails. Errors:
+ * -EINVAL, -ERANGE (the range reaches past the end), -ENOMEM (budget with
+ * nothing evictable, memory, or vm.max_map_count), -EIO (a page whose read
+ * failed), -ECHILD. */
 long sb_buf_map(struct sb_buf *buf, size_t off, size_t len);
 
 /* Release the pages lying wholly inside [off, off+len). Returns how many
  * were released. Their contents are gone: a later touch sees zeros (SIGBUS
- * for a strict buffer). Also clears pages poisoned by a failed fault. */
+ * for a strict buffer). Also clears pages poisoned by a failed fault.
+ * Errors: -EINVAL, -ERANGE, -ECHILD, -ENOMEM (the mapping limit, splitting
+ * a run; pages released before stay released). */
 long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len);
 
 /* Make [dst_off, dst_off+len) of dst show the physical pages of
@@ -143,13 +156,17 @@ long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len);
  * page-aligned (-EINVAL); len is rounded up to whole pages. Whatever dst had
  * there is released; unplaced source pages leave dst unplaced. The first
  * write through either side gives the writer a private copy (counted in
- * cow_copies). Returns the number of pages shared. -EXDEV when the buffers
- * belong to different pools. */
+ * cow_copies). Returns the number of pages shared. Source pages on disk are
+ * read in first; eviction leaves src alone meanwhile. Errors: -EINVAL,
+ * -ERANGE, -EXDEV (different pools), -EOPNOTSUPP (no write-protect on
+ * shmem), -ENOMEM (no page for a source page on disk, or the mapping
+ * limit), -EIO (a source page's data lost), -EAGAIN (a source page kept
+ * going back to disk: not seen in practice), -ECHILD. */
 long sb_buf_share(struct sb_buf *dst, size_t dst_off, struct sb_buf *src,
 		  size_t src_off, size_t len);
 
 /* Number of pages of [off, off+len) (every page intersecting it) that have
- * a page placed. */
+ * a page placed. Errors: -EINVAL, -ERANGE, -ECHILD. */
 long sb_buf_placed(const struct sb_buf *buf, size_t off, size_t len);
 
 struct sb_range {
@@ -167,8 +184,8 @@ struct sb_range {
  * the pages are placed before it returns, and so is everything queued
  * earlier for this buffer (n = 0 just waits for those). A later
  * sb_buf_unmap of a range cancels what is still queued for it. Errors:
- * -EINVAL, -ERANGE (as sb_buf_map, for any range), -ENOMEM (WAIT: as
- * sb_buf_map). */
+ * -EINVAL, -ERANGE (as sb_buf_map, for any range), -ECHILD, and with WAIT
+ * those of sb_buf_map (-ENOMEM, -EIO). */
 long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
 		     size_t n, unsigned flags);
 
@@ -180,28 +197,45 @@ long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
  * a file-backed buffer are clean: they are released without a write.
  * Returns the number of pages released. A shared page is written for this
  * buffer only; the other holders keep it. Errors: -EINVAL, -ERANGE,
- * -ENOSPC (spill disk full: every page stays resident), -EIO. */
+ * -ENOSPC (spill disk full: the pages of the failing batch stay resident),
+ * -EIO, -EOPNOTSUPP (no write-protect on shmem), -ENOMEM or -EAGAIN (the
+ * mapping limit; pages stay resident), the open(2) error of the spill file
+ * (-ENOENT, -EACCES, -EMFILE, ...: tried again at the next eviction),
+ * -ECHILD. */
 long sb_buf_evict(struct sb_buf *buf, size_t off, size_t len);
 
-/* Show len bytes of the file at path, from file_off (a multiple of 4 KiB),
- * as a read-only buffer whose pages are read in through io_uring on touch
- * (sequential touches read ahead). Bytes past the end of the file read as
- * zeros. Clean pages are dropped, without a write, when the pool needs
- * room. A write into the buffer raises SIGSEGV. Errors: -EINVAL, the
- * open(2) error of the file. */
+/* Show len bytes of the file (or block device) at path, from file_off (a
+ * multiple of 4 KiB), as a read-only buffer whose pages are read in through
+ * io_uring on touch (sequential touches read ahead). Bytes past the end of
+ * the file as it was when opened read as zeros; if the file shrinks later, a
+ * touch of a page whose data is gone raises SIGBUS (as with mmap). Clean
+ * pages are dropped, without a write, when the pool needs room. A write
+ * into the buffer raises SIGSEGV. Errors: -EINVAL, -ENODEV (not a regular
+ * file or block device: a FIFO is refused without blocking), -EISDIR,
+ * -EOVERFLOW (file_off + len past the largest file offset), the open(2)
+ * error, -ENOMEM, -ECHILD. */
 struct sb_buf *sb_buf_open_file(struct sb_pool *pool, const char *path,
 				uint64_t file_off, size_t len, unsigned flags,
 				int *err);
 
-/* Write [off, off+len) (whole pages) of buf to a new file at path: the
- * placed and evicted pages, with a checksum per 4 KiB; unplaced pages are
- * holes. Errors: -EINVAL, -ERANGE, open(2)/write(2) errors, -EIO. */
+/* Write [off, off+len) (whole pages) of buf to a file at path: the placed
+ * and evicted pages, with a checksum per 4 KiB; unplaced pages are holes.
+ * Atomic: a new file is written beside path and renamed over it, so an
+ * error or a kill leaves the previous file intact, and buffers reading the
+ * previous file (restored from it, or sb_buf_open_file) keep reading it. A
+ * path that exists and is not a regular file is refused, never replaced.
+ * Errors: -EINVAL, -ERANGE, -EIO (a page's data lost), -ENODEV (a FIFO,
+ * socket or device), -EISDIR, -ENOENT (no such directory, or a dangling
+ * symlink), -ENAMETOOLONG, open(2)/write(2)/rename(2) errors (-ENOSPC,
+ * -EACCES, ...), -ENOMEM, -ECHILD. */
 int sb_buf_save(struct sb_buf *buf, size_t off, size_t len, const char *path);
 
 /* Open a file written by sb_buf_save as a writable buffer of the saved
- * length whose pages are read in lazily on touch (and checked). Errors:
- * -EINVAL, the open(2) error, -EBADMSG (not a sparsebuf save file, or a
- * damaged header). */
+ * length whose pages are read in lazily on touch (and checked). The work
+ * and memory it takes follow what the file really holds. Errors: -EINVAL,
+ * the open(2) error, -ENODEV (a FIFO, socket or device), -EISDIR, -EBADMSG
+ * (not a sparsebuf save file, or a damaged or inconsistent header or
+ * tables), -ENOMEM, -ECHILD. */
 struct sb_buf *sb_buf_restore(struct sb_pool *pool, const char *path,
 			      unsigned flags, int *err);
 
@@ -214,7 +248,8 @@ enum sb_advice {
 };
 
 /* Tell the eviction policy about [off, off+len). Returns the number of
- * pages affected. Errors: -EINVAL, -ERANGE. */
+ * pages affected (WILLNEED, DONTNEED: what sb_buf_prefetch, sb_buf_evict
+ * return, errors included). Errors: -EINVAL, -ERANGE, -ECHILD. */
 long sb_buf_advise(struct sb_buf *buf, size_t off, size_t len,
 		   enum sb_advice advice);
 
@@ -243,7 +278,9 @@ struct sb_features {
 	char kernel[64];	/* uname release */
 };
 
-/* Probe once per process (cached); map_count is read fresh on each call. */
+/* Probe once per process (cached; a probe that ran short of descriptors or
+ * memory is repeated at the next call); map_count is read fresh on each
+ * call. Errors: -EINVAL (NULL). */
 int sb_features_get(struct sb_features *f);
 
 #ifdef __cplusplus

@@ -49,8 +49,9 @@ struct sb_kv_config {
 
 struct sb_kv_seq;
 
-/* A new, empty sequence. Errors: -EINVAL (bad geometry, window longer than
- * max_ctx), -ENOMEM, and those of sb_buf_create. */
+/* A new, empty sequence. Errors: -EINVAL (NULL, bad geometry, window longer
+ * than max_ctx, sizes that overflow), -ENOMEM, -ECHILD, and those of
+ * sb_buf_create and sb_buf_map. */
 struct sb_kv_seq *sb_kv_create(struct sb_pool *pool,
 			       const struct sb_kv_config *cfg, int *err);
 
@@ -60,22 +61,27 @@ void sb_kv_destroy(struct sb_kv_seq *seq);
 
 /* A new sequence whose first n positions (n <= sb_kv_len(seq)) are those
  * of seq: every page covering them is shared, copy-on-write. The two then
- * continue on their own; a write into a shared partial page copies it. */
+ * continue on their own; a write into a shared partial page copies it.
+ * Errors: -EINVAL (NULL), -ERANGE (n > len), and those of sb_kv_create and
+ * sb_buf_share. */
 struct sb_kv_seq *sb_kv_fork(struct sb_kv_seq *seq, size_t n, int *err);
 
 /* Before a pass that writes positions [len, len + n): place every page
  * those rows touch, and eagerly the pages needed a few positions later.
- * Returns the number of pages placed. Errors: -ERANGE (past max_ctx),
- * -ENOMEM (budget: nothing placed for the pass's own rows). */
+ * Returns the number of pages placed. Errors: -EINVAL (NULL), -ERANGE (past
+ * max_ctx), -ENOMEM (budget: nothing placed for the pass's own rows), and
+ * the rest of sb_buf_map's (-EIO, -ECHILD). */
 long sb_kv_prepare(struct sb_kv_seq *seq, size_t n);
 
 /* After the pass: the sequence holds len + n positions (prepared before).
  * Layers with a window release the pages wholly before len + n - window.
- * Returns the number of pages released. */
+ * Returns the number of pages released. Errors: -EINVAL (NULL), -ERANGE
+ * (past max_ctx), and those of sb_buf_unmap. */
 long sb_kv_commit(struct sb_kv_seq *seq, size_t n);
 
 /* Rewind to n positions (n <= len): pages wholly past n are released.
- * Returns the number of pages released. */
+ * Returns the number of pages released. Errors: -EINVAL (NULL), -ERANGE
+ * (n > len), and those of sb_buf_unmap. */
 long sb_kv_truncate(struct sb_kv_seq *seq, size_t n);
 
 /* Positions held. */
@@ -104,6 +110,7 @@ struct sb_kv_stats {
 	size_t regions;		/* 2 * n_layers */
 };
 
+/* Errors: -EINVAL (NULL). */
 int sb_kv_stats(const struct sb_kv_seq *seq, struct sb_kv_stats *st);
 
 /* The buffer holding layer's K (v = 0) or V (v = 1) region, for
@@ -111,7 +118,8 @@ int sb_kv_stats(const struct sb_kv_seq *seq, struct sb_kv_stats *st);
 struct sb_buf *sb_kv_buf(const struct sb_kv_seq *seq, int layer, int v);
 
 /* Wait until the pages asked for ahead are placed (the pool's background
- * thread places them): for tests and measurements that count pages. */
+ * thread places them): for tests and measurements that count pages.
+ * Errors: -EINVAL (NULL), and those of sb_buf_prefetch with WAIT. */
 int sb_kv_settle(const struct sb_kv_seq *seq);
 
 #ifdef __cplusplus
