@@ -1377,6 +1377,7 @@ static int orphan_share(void)
  * failure for the kernel's ("not the budget") and returns -ENOMEM
  * without evicting: SIGBUS in every run.
  */
+#define ER_PAGES 1500
 static struct sb_buf *er_bufs[3];
 static atomic_int er_go;
 
@@ -1386,7 +1387,7 @@ static void *er_grow(void *arg)
 
 	while (!atomic_load(&er_go))
 		;
-	for (size_t i = 0; i < 3000; i++)
+	for (size_t i = 0; i < ER_PAGES; i++)
 		x[i * PAGE] = 1;
 	return NULL;
 }
@@ -1397,7 +1398,7 @@ static int evict_race(void)
 	pthread_t th[3];
 
 	for (int i = 0; i < 3; i++)
-		er_bufs[i] = make_buf(p, 3000 * PAGE, SB_BUF_EVICTABLE);
+		er_bufs[i] = make_buf(p, ER_PAGES * PAGE, SB_BUF_EVICTABLE);
 	/* Any SIGBUS in the buffers fails the child (exit 42). */
 	expect_signal_at((void *)0, ~(size_t)0);
 	for (intptr_t i = 0; i < 3; i++)
