@@ -572,9 +572,12 @@ static int protect_src(struct sb_buf *src, size_t s0, size_t n)
 		       !(src->pte[j] & (SBI_PTE_SHARED | SBI_PTE_WPFAIL)))
 			j++;
 		r = sbi_vma_protect(src, i, j - i, pool->uffd);
-		if (r == 0)
+		if (r == 0) {
 			for (size_t t = i; t < j; t++)
 				src->pte[t] |= SBI_PTE_SHARED;
+			if (j > src->shared_hi)
+				src->shared_hi = j;
+		}
 		i = j;
 	}
 	return r;
@@ -620,6 +623,8 @@ static int install_dst(struct sb_buf *dst, size_t d0, size_t n,
 						       SBI_PTE_SHARED |
 						       SBI_PTE_PRIVMAP;
 				dst->nplaced++;
+				if (d0 + k + t + 1 > dst->shared_hi)
+					dst->shared_hi = d0 + k + t + 1;
 			}
 		}
 		sbi_pool_put(pool, old, run);

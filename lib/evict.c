@@ -159,13 +159,22 @@ static void release(struct sb_buf *buf, const size_t *idx, size_t n,
 }
 
 /* A shared page (or one mapped for sharing) gets a private copy first,
- * through the heaps' mappings; its other holders keep the old page. */
+ * through the heaps' mappings; its other holders keep the old page. If
+ * they have all let go, the page itself is mapped as a private one (as the
+ * copy-on-write fault does then): no copy, no page needed. */
 static int make_private(struct sb_buf *buf, size_t idx)
 {
 	struct sb_pool *pool = buf->pool;
 	uint64_t pte = buf->pte[idx];
 	sbi_pid old = sbi_pte_pid(pte) - 1, pid;
 	int r;
+
+	if (sbi_pool_refs(pool, old) == 1) {
+		r = sbi_vma_place(buf, idx, 1, old, buf->flags & SBI_BUF_RO);
+		if (r == 0)
+			buf->pte[idx] = (uint64_t)old + 1;
+		return r;
+	}
 
 	r = sbi_pool_alloc(pool, buf, 0, 1, &pid, SBI_ALLOC_OVERWRITE);
 	if (r < 0)
@@ -472,8 +481,16 @@ static void evict_cold(struct sb_pool *pool, size_t want, struct sb_buf *held,
 			size_t i = (c[k].addr - (uintptr_t)buf->base) >>
 				   pool->page_shift;
 
-			/* Still that page, placed, and ours alone? */
-			if (buf->pte[i] != (uint64_t)c[k].pid + 1)
+			/* Still that page, placed here? (The clock took it
+			 * only if it has one holder: a page shared in or
+			 * out whose other holders let go is mapped as a
+			 * private one first.) */
+			if (sbi_pte_pid(buf->pte[i]) != c[k].pid + 1 ||
+			    (buf->pte[i] & SBI_PTE_INFLIGHT))
+				continue;
+			if ((buf->pte[i] & (SBI_PTE_SHARED | SBI_PTE_PRIVMAP |
+					    SBI_PTE_WPFAIL)) &&
+			    make_private(buf, i) < 0)
 				continue;
 			idx[m++] = i;
 			if (m == BATCH) {
@@ -490,6 +507,50 @@ static void evict_cold(struct sb_pool *pool, size_t want, struct sb_buf *held,
 	}
 	if (!reg_held)
 		pthread_rwlock_unlock(&pool->reg_lock);
+}
+
+/*
+ * Pages shared between buffers are off the clock (evicting one holder's
+ * view releases nothing), and the clock remembers one address per page.
+ * When the other holders let go (a forked session ends, a source is
+ * unmapped), the page is one buffer's alone but the clock does not know
+ * where. Before an allocation gives up, look for such pages in the ranges
+ * of evictable buffers that were ever shared (shared_hi) and put them on
+ * the clock under their holder's address. Returns how many.
+ */
+static size_t renote_orphans(struct sb_pool *pool, struct sb_buf *held,
+			     bool reg_held)
+{
+	size_t found = 0;
+
+	if (!reg_held)
+		pthread_rwlock_rdlock(&pool->reg_lock);
+	for (size_t b = 0; b < pool->nreg; b++) {
+		struct sb_buf *buf = pool->reg[b].buf;
+
+		if (!tracked(buf) || !buf->shared_hi)
+			continue;
+		if (buf != held && !lock_cand_buf(buf, held))
+			continue;
+		for (size_t i = 0; i < buf->shared_hi && i < buf->npages; i++) {
+			uint64_t pte = buf->pte[i];
+			sbi_pid p = sbi_pte_pid(pte);
+
+			if (!p || (pte & SBI_PTE_INFLIGHT) ||
+			    !(pte & (SBI_PTE_SHARED | SBI_PTE_PRIVMAP |
+				     SBI_PTE_WPFAIL)))
+				continue;
+			if (sbi_pool_refs(pool, p - 1) != 1)
+				continue;
+			sbi_rmap_note(buf, i, p - 1);
+			found++;
+		}
+		if (buf != held)
+			pthread_mutex_unlock(&buf->lock);
+	}
+	if (!reg_held)
+		pthread_rwlock_unlock(&pool->reg_lock);
+	return found;
 }
 
 static uint64_t now_ms(void)
@@ -513,6 +574,7 @@ int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 	 * what goes, not the batch. */
 	size_t batch = ((size_t)1 << 20) >> pool->page_shift;
 	uint64_t stalled_since = 0;
+	bool renoted = false;
 	int r;
 
 	if (batch > pool->max_pages / 16)
@@ -522,44 +584,47 @@ int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 	for (;;) {
 		struct evict_round rd = {0};
 		size_t others;
-		bool over;
+		bool room;
 
 		r = sbi_pool_alloc(pool, buf, hint1, n, out, flags);
-		if (r != -ENOMEM || !atomic_load(&pool->n_evictable) ||
-		    n > pool->max_pages)
-			return r;
-		pthread_mutex_lock(&pool->lock);
-		over = pool->used + n > pool->max_pages;
-		pthread_mutex_unlock(&pool->lock);
-		if (!over)
-			return r;	/* the kernel said no, not the budget */
+		if (r != -EDQUOT)
+			return r;	/* a page, or the kernel said no */
+		if (!atomic_load(&pool->n_evictable) || n > pool->max_pages)
+			return -ENOMEM;
 		evict_cold(pool, n > batch ? n : batch, held, reg_held, &rd);
 		if (rd.done) {
 			stalled_since = 0;
 			continue;
 		}
 		if (rd.failed)
-			return r;	/* the spill file takes no more */
-		/* Nothing went out. Pages being evicted by another thread,
-		 * candidates of a buffer busy for a moment, or candidates
-		 * that changed under us (freed, shared) are worth another
-		 * try; only a whole pass of the clock that found nothing,
-		 * with no eviction under way elsewhere, means there is
-		 * nothing to evict. */
+			return -ENOMEM;	/* the spill file takes no more */
+		/* Nothing went out here. Pages another thread evicted since
+		 * our try (room under the budget now), pages being evicted
+		 * by another thread, candidates of a buffer busy for a
+		 * moment, or candidates that changed under us are all worth
+		 * another try; only a whole pass of the clock that found
+		 * nothing, with no eviction under way elsewhere and no page
+		 * whose other holders let go, means there is nothing to
+		 * evict. */
 		pthread_mutex_lock(&pool->lock);
 		others = pool->evicting;
+		room = pool->used + n <= pool->max_pages;
 		pthread_mutex_unlock(&pool->lock);
-		if (!rd.picked && !others)
-			return r;
+		if (!room && !rd.picked && !others) {
+			if (renoted || !renote_orphans(pool, held, reg_held))
+				return -ENOMEM;
+			renoted = true;
+			continue;
+		}
 		if (!stalled_since) {
 			stalled_since = now_ms();
 		} else if (now_ms() - stalled_since > STALL_MS) {
 			sbi_warn("pool %u: no page could be evicted for %d s "
 				 "(every candidate busy)",
 				 pool->id, STALL_MS / 1000);
-			return r;
+			return -ENOMEM;
 		}
-		if (rd.busy || others)
+		if (!room && (rd.busy || others))
 			usleep(rd.busy ? 200 : 50);
 	}
 }

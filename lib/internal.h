@@ -284,8 +284,10 @@ void sbi_process_remove_pool(struct sb_pool *pool);
 
 /* Take n pages for buf, continuing the heap run after hint1 (the pid + 1
  * of the buffer's previous page, or 0). out[] receives plain pids of pages
- * that are zeroed, backed and referenced once. All or nothing: -ENOMEM
- * when the budget or the kernel says no. */
+ * that are zeroed, backed and referenced once. All or nothing: -EDQUOT
+ * when the budget says no (never returned by the API: sbi_alloc makes it
+ * -ENOMEM once eviction cannot help), -ENOMEM (or another -errno) when the
+ * kernel does. */
 int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 		   size_t n, sbi_pid *out, unsigned flags);
 /* sbi_pool_alloc flags. OVERWRITE: the caller writes every byte of the
@@ -435,6 +437,9 @@ struct sb_buf {
 	 * alone meanwhile (a page read in for the share would otherwise go
 	 * straight back to disk, again and again). */
 	_Atomic unsigned sharing;
+	/* buf->lock: 1 + the highest page index ever shared in or out (a
+	 * bound for finding pages whose other holders let go). */
+	size_t shared_hi;
 };
 
 /* Pages [first, end) of a buffer. */
@@ -653,8 +658,9 @@ void sbi_pagein_drain(struct sb_buf *buf);
 /* Note a page placed in buf at idx for the clock (evictable buffers). */
 void sbi_rmap_note(struct sb_buf *buf, size_t idx, sbi_pid pid);
 /* sbi_pool_alloc that, at the budget, evicts cold pages of evictable
- * buffers and retries. held: the buffer whose lock the caller holds (or
- * NULL); reg_held: the caller holds reg_lock (read). */
+ * buffers and retries; -ENOMEM when nothing more can be evicted. held: the
+ * buffer whose lock the caller holds (or NULL); reg_held: the caller holds
+ * reg_lock (read). */
 int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 	      size_t n, sbi_pid *out, unsigned flags, struct sb_buf *held,
 	      bool reg_held);

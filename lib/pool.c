@@ -395,7 +395,7 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 						 flags);
 			}
 			if (!busy)
-				return -ENOMEM;
+				return -EDQUOT;	/* the budget */
 			wait_busy(pool, flags);
 			continue;
 		}
@@ -434,7 +434,7 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 	}
 	pthread_mutex_lock(&pool->lock);
 	if (pool->used + n > pool->max_pages) {
-		r = -ENOMEM;
+		r = -EDQUOT;	/* the budget */
 		goto out_unlock;
 	}
 	for (got = 0; got < n; got++) {
