@@ -5,6 +5,7 @@
 #   make demo       build and run the demo
 #   make asan       tests under AddressSanitizer + UBSan (build-asan/)
 #   make tsan       tests under ThreadSanitizer (build-tsan/)
+#   make fuzz       libFuzzer harnesses, FUZZ_SECONDS each (build-fuzz/)
 #   make bench      run the benchmarks
 #   make bench-pagein  just the disk-tier benchmark (PAGEIN_ARGS=--quick)
 #   make install    PREFIX=/usr/local DESTDIR=
@@ -62,6 +63,7 @@ EXTRA_ALL :=
 include common/common.mk
 include kernels/kernels.mk
 include flash/flash.mk
+include tests/fuzz/fuzz.mk
 
 all: deps-check lib $(TOOLS) tests bench-bin $(EXTRA_ALL)
 

@@ -1,0 +1,267 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Write the seed inputs of the harnesses: tests/fuzz/corpus/NAME/seed-*.
+ * `make fuzz-seeds` runs it; rerun it when a format changes (the files it
+ * writes are committed; finds kept in the corpus are left alone). Seeds
+ * are small, valid inputs that reach deep: a fuzzer mutating a valid file
+ * gets past the first checks.
+ *
+ *   save        sb_buf_save files of a few pages (needs userfaultfd; the
+ *               save seeds are kept as they are without it)
+ *   checkpoint  handmade llama2.c checkpoints: tiny (a few KiB) with
+ *               shared and separate classifiers, and a header alone
+ *   tokenizer   a vocabulary count, then a llama2.c tokenizer file
+ *   sampler     settings and logits for the sampler
+ *   flash       sbflash headers of tiny geometries
+ *   env         SPARSEBUF_* settings, one NAME=VALUE a line
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../flash/format.h"
+#include "sbkernels.h"
+#include "sparsebuf.h"
+
+static const char *dir;
+
+static void put(const char *name, const char *file, const void *p, size_t n)
+{
+	char path[4096];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/%s/seed-%s", dir, name, file);
+	f = fopen(path, "wb");
+	if (!f || fwrite(p, 1, n, f) != n || fclose(f)) {
+		perror(path);
+		exit(1);
+	}
+}
+
+static void put_str(const char *name, const char *file, const char *s)
+{
+	put(name, file, s, strlen(s));
+}
+
+/* ---- save files ------------------------------------------------------------ */
+
+/* Save pages of a buffer filled by pattern (NULL entries: holes) into the
+ * corpus, through the library: the files are what sb_buf_save writes. */
+static void save_seed(struct sb_pool *pool, size_t page, const char *file,
+		      const char *pattern)
+{
+	size_t n = strlen(pattern);
+	char tmp[] = "/tmp/sparsebuf-seed-XXXXXX";
+	struct sb_buf *b;
+	struct stat st;
+	char *p, *data;
+	int fd, err = 0;
+
+	b = sb_buf_create(pool, n * page, 0, &err);
+	if (!b) {
+		fprintf(stderr, "sb_buf_create: %s\n", strerror(-err));
+		exit(1);
+	}
+	p = sb_buf_addr(b);
+	for (size_t i = 0; i < n; i++)
+		if (pattern[i] != '.')
+			for (size_t j = 0; j < page; j++)
+				p[i * page + j] =
+					(char)(pattern[i] + j * 7 + (j >> 12));
+	fd = mkstemp(tmp);
+	if (fd < 0 || (err = sb_buf_save(b, 0, n * page, tmp)) < 0) {
+		fprintf(stderr, "sb_buf_save: %s\n", strerror(-err));
+		exit(1);
+	}
+	close(fd);
+	sb_buf_destroy(b);
+	fd = open(tmp, O_RDONLY);
+	if (fd < 0 || fstat(fd, &st) < 0 ||
+	    !(data = malloc((size_t)st.st_size)) ||
+	    read(fd, data, (size_t)st.st_size) != st.st_size) {
+		perror(tmp);
+		exit(1);
+	}
+	close(fd);
+	unlink(tmp);
+	put("save", file, data, (size_t)st.st_size);
+	free(data);
+}
+
+static void save_seeds(void)
+{
+	struct sb_pool_opts o;
+	struct sb_pool *pool;
+	int err = 0;
+
+	sb_pool_opts_init(&o);
+	o.page_size = 4096;
+	o.heap_size = (size_t)1 << 20;
+	o.numa_node = -1;
+	pool = sb_pool_create(&o, &err);
+	if (!pool) {
+		fprintf(stderr, "mkseeds: no pool (%s): save seeds kept\n",
+			strerror(-err));
+		return;
+	}
+	/* Letters: a page of data; '.': a hole. Five blocks: a restored
+	 * 16 KiB page with a tail past the saved length. */
+	save_seed(pool, 4096, "3pages", "a.c");
+	save_seed(pool, 4096, "5blocks", "ab.de");
+	save_seed(pool, 4096, "1block", "z");
+	save_seed(pool, 4096, "holes", "....q...");
+	sb_pool_destroy(pool);
+}
+
+/* ---- llama2.c checkpoints and tokenizers ----------------------------------- */
+
+struct ckpt_cfg {
+	int dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size,
+		seq_len;
+};
+
+/* A checkpoint of the given geometry with small weights; vocab_size < 0
+ * means a separate classifier, as in llama2.c. */
+static void ckpt_seed(const char *file, struct ckpt_cfg c)
+{
+	size_t d = (size_t)c.dim, h = (size_t)c.hidden_dim,
+	       L = (size_t)c.n_layers, V = (size_t)abs(c.vocab_size);
+	size_t hs = d / (size_t)c.n_heads;
+	size_t kvd = d * (size_t)c.n_kv_heads / (size_t)c.n_heads;
+	size_t n = V * d + L * (2 * d + 2 * d * d + 2 * d * kvd + 3 * d * h) +
+		   d + (size_t)c.seq_len * hs + (c.vocab_size < 0 ? V * d : 0);
+	size_t bytes = sizeof(c) + n * sizeof(float);
+	char *p = calloc(1, bytes);
+	float *w = (float *)(p + sizeof(c));
+
+	if (!p)
+		exit(1);
+	memcpy(p, &c, sizeof(c));
+	for (size_t i = 0; i < n; i++)
+		w[i] = (float)((int)(i % 17) - 8) / 64.0f;
+	put("checkpoint", file, p, bytes);
+	free(p);
+}
+
+static void tokenizer_seed(const char *file, int vocab)
+{
+	char buf[4096];
+	size_t n = 0;
+	int max_len = 8;
+
+	/* The harness's prefix: the vocabulary size the loader is told. */
+	memcpy(buf + n, &vocab, 4), n += 4;
+	memcpy(buf + n, &max_len, 4), n += 4;
+	for (int i = 0; i < vocab; i++) {
+		char piece[16];
+		float score = -(float)i;
+		int len;
+
+		if (i < 3)
+			len = snprintf(piece, sizeof(piece), "%s",
+				       i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+		else if (i < 3 + 4)
+			len = snprintf(piece, sizeof(piece), "<0x%02X>",
+				       i * 37);
+		else
+			len = snprintf(piece, sizeof(piece), " w%d", i);
+		memcpy(buf + n, &score, 4), n += 4;
+		memcpy(buf + n, &len, 4), n += 4;
+		memcpy(buf + n, piece, (size_t)len), n += (size_t)len;
+	}
+	put("tokenizer", file, buf, n);
+}
+
+/* Sampler input: vocab (u16), temperature, topp (floats), seed (u64),
+ * then logits (floats) repeated to fill the vocabulary. */
+static void sampler_seed(const char *file, uint16_t vocab, float t, float p,
+			 int nlogits)
+{
+	char buf[1024];
+	size_t n = 0;
+	uint64_t seed = 42;
+
+	memcpy(buf + n, &vocab, 2), n += 2;
+	memcpy(buf + n, &t, 4), n += 4;
+	memcpy(buf + n, &p, 4), n += 4;
+	memcpy(buf + n, &seed, 8), n += 8;
+	for (int i = 0; i < nlogits; i++) {
+		float l = (float)(i % 5) - 2.0f;
+
+		memcpy(buf + n, &l, 4), n += 4;
+	}
+	put("sampler", file, buf, n);
+}
+
+/* ---- flash headers ------------------------------------------------------------ */
+
+static void flash_seed(const char *file, uint32_t dim, uint32_t layers,
+		       uint32_t heads, uint32_t kv_heads, uint32_t hidden,
+		       uint32_t vocab, uint32_t rank)
+{
+	struct sbf_header h;
+
+	memset(&h, 0, sizeof(h));
+	memcpy(h.magic, SBF_MAGIC, 8);
+	h.version = SBF_VERSION;
+	h.dim = dim, h.n_layers = layers, h.n_heads = heads;
+	h.n_kv_heads = kv_heads, h.hidden = hidden, h.vocab = vocab;
+	h.rank = rank;
+	h.dtype = SBK_F16;
+	h.seed = 1;
+	h.rope_theta = 10000.0f;
+	h.pred_margin = 0.0f;
+	sbf_layout(&h);
+	put("flash", file, &h, sizeof(h));
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: mkseeds CORPUS_DIR\n");
+		return 2;
+	}
+	dir = argv[1];
+	mkdir(dir, 0755);
+	save_seeds();
+
+	ckpt_seed("tiny-shared", (struct ckpt_cfg){8, 16, 1, 2, 2, 8, 4});
+	ckpt_seed("tiny-gqa-cls", (struct ckpt_cfg){8, 12, 2, 2, 1, -6, 3});
+	{
+		/* The header alone: what the size checks see first. */
+		struct ckpt_cfg c = {288, 768, 6, 6, 6, 32000, 256};
+
+		put("checkpoint", "header-only", &c, sizeof(c));
+	}
+
+	tokenizer_seed("small", 12);
+	tokenizer_seed("one", 1);
+
+	sampler_seed("greedy", 8, 0.0f, 0.9f, 8);
+	sampler_seed("topp", 16, 1.0f, 0.9f, 16);
+	sampler_seed("multinomial", 5, 0.8f, 1.0f, 5);
+	sampler_seed("cold", 32, 0.01f, 0.5f, 7);
+
+	flash_seed("tiny", 8, 1, 2, 2, 16, 8, 2);
+	flash_seed("gqa", 16, 2, 4, 2, 32, 10, 4);
+
+	put_str("env", "sizes", "SPARSEBUF_PAGE_SIZE=64K\nSPARSEBUF_HEAP_SIZE"
+		"=4MiB\nSPARSEBUF_MAX_BYTES=1G\n");
+	put_str("env", "all", "SPARSEBUF_PAGE_SIZE=4096\nSPARSEBUF_HEAP_SIZE"
+		"=1M\nSPARSEBUF_MAX_BYTES=0\nSPARSEBUF_NUMA_NODE=-1\n"
+		"SPARSEBUF_LOG=debug\nSPARSEBUF_FAULT_THREADS=2\n"
+		"SPARSEBUF_RECYCLE=0\nSPARSEBUF_PAGER=sync\n");
+	put_str("env", "bad", "SPARSEBUF_PAGE_SIZE=12K\nSPARSEBUF_LOG=7\n"
+		"SPARSEBUF_NUMA_NODE=x\n");
+	put_str("env", "pool", "SPARSEBUF_PAGE_SIZE=8K\nSPARSEBUF_HEAP_SIZE="
+		"64K\nSPARSEBUF_MAX_BYTES=16K\nSPARSEBUF_FAULT_THREADS=1\n"
+		"pool\n");
+	return 0;
+}
