@@ -14,6 +14,8 @@
  *   sampler     settings and logits for the sampler
  *   flash       sbflash headers of tiny geometries
  *   env         SPARSEBUF_* settings, one NAME=VALUE a line
+ *   cli         a parser selector, a bounds selector, the text (for the
+ *               walk: argv, NUL-separated)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -222,6 +224,21 @@ static void flash_seed(const char *file, uint32_t dim, uint32_t layers,
 	put("flash", file, &h, sizeof(h));
 }
 
+/* cli input: selector, bounds, then text of len bytes (NULs kept). */
+static void cli_seed(const char *file, int sel, int bounds, const char *text,
+		     size_t len)
+{
+	char buf[512];
+
+	buf[0] = (char)sel;
+	buf[1] = (char)bounds;
+	memcpy(buf + 2, text, len);
+	put("cli", file, buf, len + 2);
+}
+
+#define CLI(file, sel, bounds, text)                                         \
+	cli_seed(file, sel, bounds, text, sizeof(text) - 1)
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -263,5 +280,21 @@ int main(int argc, char **argv)
 	put_str("env", "pool", "SPARSEBUF_PAGE_SIZE=8K\nSPARSEBUF_HEAP_SIZE="
 		"64K\nSPARSEBUF_MAX_BYTES=16K\nSPARSEBUF_FAULT_THREADS=1\n"
 		"pool\n");
+
+	CLI("int", 0, 0, "123");
+	CLI("int-neg", 0, 3, "-1");
+	CLI("u64-hex", 1, 0, "0x2a");
+	CLI("double", 2, 1, "0.9");
+	CLI("double-exp", 2, 0, "1e-3");
+	CLI("size", 3, 1, "4.5G");
+	CLI("size-kib", 3, 0, "64KiB");
+	CLI("choice", 4, 0, "sparse");
+	CLI("list", 5, 2, "1,2,3");
+	CLI("names", 6, 0, "dense,f16");
+	CLI("walk", 7, 0, "model.bin\0-n\000256\0--kv=dense\0-t0.8\0--ids\0"
+	    "--seed\00042\0--budget=1G\0--prompt-ids\0001,2\0--modes\0"
+	    "f32,bf16\0--\0-x");
+	CLI("walk-bad", 7, 0, "--bogus");
+	CLI("walk-help", 7, 0, "--help");
 	return 0;
 }
