@@ -1486,7 +1486,7 @@ static int main_test(void)
 		{"kill-save", p_kill_save, false},
 		{"kill-evict", p_kill_evict, false},
 	};
-	int failed = 0, skipped = 0;
+	int failed = 0, skipped = 0, ran = 0;
 
 	require_uffd();
 	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
@@ -1503,10 +1503,13 @@ static int main_test(void)
 		r = part(parts[i].name, parts[i].fn);
 		failed += r == 1;
 		skipped += r == 77;
+		ran += r != 77;
 	}
 	if (failed)
 		FAIL("%d part(s) failed (see above)", failed);
+	if (!ran)
+		SKIP("no part could run (see above)");
 	if (skipped)
-		SKIP("%d part(s) not run (see above)", skipped);
+		printf("%d part(s) not run (see above)\n", skipped);
 	return 0;
 }
