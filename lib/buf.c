@@ -633,6 +633,44 @@ static int install_dst(struct sb_buf *dst, size_t d0, size_t n,
 	return 0;
 }
 
+/*
+ * Two buffers' locks, lower id first (first may be second), never waiting
+ * for the second while holding the first. Its holder may be a fault or a
+ * page-in that needs a page evicted from the first buffer: it can only try
+ * that lock (it holds one already), so it would try for as long as we
+ * held on. Wait for the second with no lock held, then start again.
+ */
+static void lock_pair(struct sb_buf *first, struct sb_buf *second)
+{
+	for (;;) {
+		pthread_mutex_lock(&first->lock);
+		if (second == first ||
+		    pthread_mutex_trylock(&second->lock) == 0)
+			return;
+		pthread_mutex_unlock(&first->lock);
+		pthread_mutex_lock(&second->lock);
+		pthread_mutex_unlock(&second->lock);
+	}
+}
+
+static bool lock_pair_try(struct sb_buf *first, struct sb_buf *second)
+{
+	if (pthread_mutex_trylock(&first->lock) != 0)
+		return false;
+	if (second != first && pthread_mutex_trylock(&second->lock) != 0) {
+		pthread_mutex_unlock(&first->lock);
+		return false;
+	}
+	return true;
+}
+
+static void unlock_pair(struct sb_buf *first, struct sb_buf *second)
+{
+	if (second != first)
+		pthread_mutex_unlock(&second->lock);
+	pthread_mutex_unlock(&first->lock);
+}
+
 SB_API long sb_buf_share(struct sb_buf *dst, size_t dst_off,
 			 struct sb_buf *src, size_t src_off, size_t len)
 {
@@ -641,6 +679,7 @@ SB_API long sb_buf_share(struct sb_buf *dst, size_t dst_off,
 	size_t n, d0, s0, shared = 0, released = 0;
 	sbi_pid *snap;
 	int tries = 0;
+	bool held_off;
 	long r;
 
 	if ((r = sbi_check_buf(dst)) < 0 || (r = sbi_check_buf(src)) < 0)
@@ -670,13 +709,15 @@ SB_API long sb_buf_share(struct sb_buf *dst, size_t dst_off,
 		return -ENOMEM;
 	first = dst->id < src->id ? dst : src;
 	second = first == dst ? src : dst;
-	/* From here no new eviction starts in src; one already under way
-	 * may still send a page read in below back to disk: read again. */
-	atomic_fetch_add(&src->sharing, 1);
 again:
 	r = 0;
-	/* What the source has on disk is shared from memory: read it in. */
+	held_off = false;
+	/* What the source has on disk is shared from memory: read it in,
+	 * with eviction holding off src meanwhile (else the pages read in
+	 * could go straight back to disk, again and again). */
 	if (disk_used(src)) {
+		atomic_fetch_add(&src->sharing, 1);
+		held_off = true;
 		r = sbi_pagein_range(src, s0, s0 + n, true);
 		if (r < 0) {
 			atomic_fetch_sub(&src->sharing, 1);
@@ -685,20 +726,26 @@ again:
 		}
 	}
 	pthread_rwlock_rdlock(&pool->layout);
-	pthread_mutex_lock(&first->lock);
-	if (second != first)
-		pthread_mutex_lock(&second->lock);
+	/* Never wait for a buffer lock while eviction holds off src: its
+	 * holder may be a fault that needs one of src's pages evicted. */
+	if (held_off && !lock_pair_try(first, second)) {
+		atomic_fetch_sub(&src->sharing, 1);
+		held_off = false;
+		lock_pair(first, second);
+	} else if (!held_off) {
+		lock_pair(first, second);
+	}
 	/* A page read in above went to disk again before we took the locks
-	 * (an eviction that had started): read again. Evictions that start
-	 * later leave src alone, so this ends at once. */
+	 * (an eviction that had started, or one that came after we let
+	 * eviction back in): read again. */
 	for (size_t k = 0; k < n && r >= 0; k++)
 		if (src->pte[s0 + k] & SBI_PTE_DISK)
 			r = -EAGAIN;
 	if (r == -EAGAIN && tries++ < 64) {
-		if (second != first)
-			pthread_mutex_unlock(&second->lock);
-		pthread_mutex_unlock(&first->lock);
+		unlock_pair(first, second);
 		pthread_rwlock_unlock(&pool->layout);
+		if (held_off)
+			atomic_fetch_sub(&src->sharing, 1);
 		goto again;
 	}
 	/* Protect the source first: from here on a write through it copies,
@@ -713,11 +760,10 @@ again:
 		sbi_pool_ref(pool, snap, n);
 		r = install_dst(dst, d0, n, snap, &released);
 	}
-	if (second != first)
-		pthread_mutex_unlock(&second->lock);
-	pthread_mutex_unlock(&first->lock);
+	unlock_pair(first, second);
 	pthread_rwlock_unlock(&pool->layout);
-	atomic_fetch_sub(&src->sharing, 1);
+	if (held_off)
+		atomic_fetch_sub(&src->sharing, 1);
 	free(snap);
 	sbi_count(&pool->n_unmaps, released);
 	return r < 0 ? r : (long)shared;

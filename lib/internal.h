@@ -6,7 +6,9 @@
  *
  *   pool->layout (rwlock: read by every VMA change, write by fork prepare)
  *     -> pool->reg_lock (rwlock: the address -> buffer registry)
- *       -> buf->lock (mutex; two buffers: lower id first)
+ *       -> buf->lock (mutex; two buffers: lower id first; holding one,
+ *          never wait for another: try it (eviction), or let go and wait
+ *          with nothing held (share))
  *         -> pool->lock (mutex: heaps, page states, budget)
  *           -> pool->pf_lock (mutex: the prefetch queue, a leaf)
  *           -> disk->spill_lock, io engine and wait locks (leaves)
