@@ -47,7 +47,9 @@
  * meanwhile: SIGBUS, issue 10 defect 5), share-stall (a share marks its
  * source unevictable, then waits for the destination's lock, held by a
  * fault whose only eviction candidates are in the source: a 10 s stall,
- * then SIGBUS).
+ * then SIGBUS), fork-map (an eviction that maps a page in place from
+ * sb_buf_map's page-in, without the layout lock, races fork(): the child
+ * inherits the parent's page).
  *
  * At quiescent points (every 250 ms: workers parked) the pool's own
  * consistency check (sbi_pool_verify), its counters against the budget
@@ -913,14 +915,23 @@ static bool child_mapped(const struct range *r, int n)
 	close(fd);
 	maps_buf[got] = 0;
 	for (s = maps_buf; *s;) {
+		char *line = s, *eol;
 		uintptr_t lo = strtoull(s, &s, 16), hi;
 
 		if (*s != '-')
 			_exit(71);
 		hi = strtoull(s + 1, &s, 16);
-		for (int i = 0; i < n; i++)
-			if (lo < r[i].hi && hi > r[i].lo)
-				return true;
+		for (int i = 0; i < n; i++) {
+			if (lo >= r[i].hi || hi <= r[i].lo)
+				continue;
+			/* Say which (plain system calls: a forked child). */
+			eol = strchr(line, '\n');
+			say("fork()ed child: mapped in a parent's buffer: ");
+			if (write(2, line, eol ? (size_t)(eol - line + 1)
+					       : strlen(line)) < 0)
+				_exit(72);
+			return true;
+		}
 		while (*s && *s != '\n')
 			s++;
 		if (*s)
@@ -1470,6 +1481,73 @@ static int share_stall(void)
 	return 0;
 }
 
+/*
+ * Pages shared into A and let go by their source are A's alone; with a
+ * budget of exactly those pages, a page-in by sb_buf_map in another
+ * buffer must evict one, and eviction first maps such a page private in
+ * place (mmap MAP_FIXED in A's range). sb_buf_map's page-ins allocate
+ * without the pool's layout lock, which the fork() prepare handler holds
+ * while it marks every buffer range MADV_DONTFORK: a mapping made in
+ * between is inherited, and the child sees (for a writable buffer: may
+ * write) the parent's page. Meanwhile this process forks, and each child
+ * looks for anything mapped in A's range.
+ */
+static struct sb_buf *fm_a, *fm_b, *fm_c;
+static atomic_bool fm_stop;
+
+static void *fm_churn(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&fm_stop)) {
+		sb_buf_map(fm_b, 0, 4 * PAGE);
+		sb_buf_share(fm_a, 0, fm_b, 0, 4 * PAGE);	/* B's pages */
+		sb_buf_unmap(fm_b, 0, 4 * PAGE);		/* A's alone */
+		sb_buf_evict(fm_c, 0, PAGE);
+		sb_buf_map(fm_c, 0, PAGE);	/* a page-in: evicts one of A's */
+	}
+	return NULL;
+}
+
+static int fork_map(void)
+{
+	struct sb_pool *p = disk_pool(PAGE, HEAP, 4 * PAGE);
+	struct range r;
+	double t0 = now_s();
+	long forks = 0, bad = 0;
+	pthread_t th;
+
+	fm_a = make_buf(p, 64 * PAGE, SB_BUF_EVICTABLE);
+	fm_b = make_buf(p, 64 * PAGE, SB_BUF_EVICTABLE);
+	fm_c = make_buf(p, 64 * PAGE, SB_BUF_EVICTABLE);
+	r.lo = (uintptr_t)sb_buf_addr(fm_a);
+	r.hi = r.lo + 64 * PAGE;
+	((volatile char *)sb_buf_addr(fm_c))[0] = 1;
+	pthread_create(&th, NULL, fm_churn, NULL);
+	while (now_s() - t0 < 3 && !bad) {
+		pid_t pid = fork();
+		int st = 0;
+
+		if (pid == 0)
+			_exit(child_mapped(&r, 1));
+		CHECK(pid > 0);
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+			;
+		bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+		forks++;
+	}
+	atomic_store(&fm_stop, true);
+	pthread_join(th, NULL);
+	if (bad)
+		FAIL("fork %ld: the child saw a mapping in a parent's buffer "
+		     "(above)",
+		     forks);
+	sb_buf_destroy(fm_a);
+	sb_buf_destroy(fm_b);
+	sb_buf_destroy(fm_c);
+	sb_pool_destroy(p);
+	return 0;
+}
+
 static int child(const char *name)
 {
 	const char *s = getenv("SB_CHAOS_SECONDS");
@@ -1485,6 +1563,8 @@ static int child(const char *name)
 		return evict_race();
 	if (!strcmp(name, "share-stall"))
 		return share_stall();
+	if (!strcmp(name, "fork-map"))
+		return fork_map();
 	return 2;
 }
 
@@ -1501,9 +1581,10 @@ static int main_test(void)
 	require_cow();
 	/* The reductions first, each in a process of its own (a SIGBUS is
 	 * exit 42). */
-	for (int i = 0; i < 4 && !o; i++) {
+	for (int i = 0; i < 5 && !o; i++) {
 		static const char *const red[] = {"map-count", "orphan-share",
-						  "evict-race", "share-stall"};
+						  "evict-race", "share-stall",
+						  "fork-map"};
 		static const char *const why[] = {
 			"sb_buf_map counts a page twice when an unmap races it",
 			"pages shared, then let go by their source, are never "
@@ -1513,7 +1594,10 @@ static int main_test(void)
 			"defect 5)",
 			"a page-in fault stalls 10 s, then SIGBUS, while a "
 			"share from the buffer holding every evictable page "
-			"waits for the faulting buffer's lock"};
+			"waits for the faulting buffer's lock",
+			"a page mapped by an eviction in sb_buf_map's page-in "
+			"(no layout lock) escapes fork()'s MADV_DONTFORK: the "
+			"child sees the parent's page"};
 		char dir[] = "/tmp/sbtest-XXXXXX", var[64];
 		char *env[] = {var, NULL};
 		int st, code;
