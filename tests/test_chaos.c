@@ -349,7 +349,10 @@ static void fill_seg(char *x, int s, uint64_t seed)
 				g_sig == SIGBUS ? "SIGBUS" : "SIGSEGV",      \
 				(size_t)(g_addr - g_lo), (what));            \
 			if (++tries_ > 20)                                   \
-				CFAIL("%s: faults forever", (what));         \
+				CFAIL("%s: a signal on each of 20 tries, "   \
+				      "sb_buf_map between them (the first "   \
+				      "one is the bug)",                      \
+				      (what));                                \
 			r_ = sb_buf_map((sbuf),                              \
 					g_lo - (uintptr_t)sb_buf_addr(sbuf), \
 					PAGE);                               \

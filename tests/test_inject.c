@@ -1260,8 +1260,9 @@ static void run_kill_save(int rounds)
 
 	for (int k = 0; k < rounds; k++) {
 		unsigned tag = 101 + (unsigned)k;
-		/* Uniform over the first save and a bit past it. */
-		double delay = took_s * 1.3 * (double)(rnd64_inject(&rs) % 1000) /
+		/* Uniform over the first save and as long again: the
+		 * kill lands before, during and after the rename. */
+		double delay = took_s * 2 * (double)(rnd64_inject(&rs) % 1000) /
 			       1000.0;
 		char out[256];
 
