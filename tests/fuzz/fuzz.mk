@@ -1,11 +1,13 @@
 # tests/fuzz/: libFuzzer harnesses for everything that reads outside input
 # (save files, llama2.c checkpoints and tokenizers, the sampler's settings,
-# flash checkpoints, SPARSEBUF_* variables). Included by the top Makefile.
+# flash checkpoints, SPARSEBUF_* variables, the programs' command lines).
+# Included by the top Makefile.
 #
 #   make fuzz          every harness built with clang (libFuzzer, ASan,
 #                      UBSan) in build-fuzz/, then tests/fuzz/run.sh: replay
 #                      the corpus, replay the known crashes (reported, not
-#                      fatal), fuzz each for FUZZ_SECONDS (default 60)
+#                      fatal), fuzz each for FUZZ_SECONDS (default 60),
+#                      FUZZ_JOBS (default 1) harnesses at a time
 #   make fuzz-seeds    rewrite the seeds (tests/fuzz/mkseeds.c)
 #   make fuzz-replay   the harnesses as plain programs (tests/fuzz/replay.c,
 #                      $(CC), no clang) run once over the corpus
@@ -18,6 +20,7 @@
 FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
 FUZZ_CC ?= clang
 
 FUZZ_GOAL := $(.DEFAULT_GOAL)
@@ -71,11 +74,12 @@ FUZZ_SUBMAKE = $(MAKE) --no-print-directory CC=$(FUZZ_CC) SAN=asan \
 	BUILD=$(FUZZ_BUILD) CFLAGS=-fsanitize=fuzzer-no-link FUZZ_CLANG=1
 
 fuzz: deps-fuzz
-	@$(FUZZ_SUBMAKE) fuzz-bin
-	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_BUILD)/fuzz
+	@+$(FUZZ_SUBMAKE) fuzz-bin
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) \
+		tests/fuzz/run.sh $(FUZZ_BUILD)/fuzz
 
 fuzz-seeds: deps-fuzz
-	@$(FUZZ_SUBMAKE) $(FUZZ_BUILD)/fuzz/mkseeds
+	@+$(FUZZ_SUBMAKE) $(FUZZ_BUILD)/fuzz/mkseeds
 	@$(FUZZ_BUILD)/fuzz/mkseeds tests/fuzz/corpus
 
 fuzz-replay:
