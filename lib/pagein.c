@@ -407,7 +407,11 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 	d = sbi_disk_peek(pool);
 	if (!d)
 		return 0;
-	/* Every range's reads in one submission (up to BATCH). */
+	/* Every range's reads in one submission (up to BATCH). The layout
+	 * lock too, as for every change of a buffer's mappings: making room
+	 * may evict pages and map a shared one as a private one, and a
+	 * mapping made while fork() marks the ranges would be inherited. */
+	pthread_rwlock_rdlock(&pool->layout);
 	pthread_rwlock_rdlock(&pool->reg_lock);
 	pthread_mutex_lock(&buf->lock);
 	for (size_t k = 0; k < nsp && r == 0; k++) {
@@ -428,6 +432,7 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 	sbi_io_submit(d->io, ios, n);
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->reg_lock);
+	pthread_rwlock_unlock(&pool->layout);
 	if (r < 0 && !queued)
 		return r;
 	if (!wait)
