@@ -117,19 +117,20 @@ static inline int fuzz_file_fd(void)
 	return fuzz_fd;
 }
 
-/* Descriptors open on the input memfd, fuzz_file's own included: a
- * loader that leaks its descriptor of the input raises the count. (Other
- * descriptors come and go with the library's heaps: not counted.) */
-static inline int fuzz_input_fds(void)
+/* Descriptors open on files whose /proc/self/fd link starts with prefix:
+ * a loader that leaks its descriptor of the input raises the count.
+ * (Other descriptors come and go with the library's heaps.) */
+static inline int fuzz_fds_on(const char *prefix)
 {
 	DIR *d = opendir("/proc/self/fd");
+	size_t n = strlen(prefix);
 	struct dirent *e;
-	int n = 0;
+	int count = 0;
 
 	if (!d)
 		return -1;
 	while ((e = readdir(d))) {
-		char link[300], what[128];
+		char link[300], what[4096];
 		ssize_t k;
 
 		snprintf(link, sizeof(link), "/proc/self/fd/%s", e->d_name);
@@ -137,10 +138,16 @@ static inline int fuzz_input_fds(void)
 		if (k <= 0)
 			continue;
 		what[k] = 0;
-		n += !strncmp(what, "/memfd:sparsebuf-fuzz", 21);
+		count += !strncmp(what, prefix, n);
 	}
 	closedir(d);
-	return n;
+	return count;
+}
+
+/* Descriptors on the input memfd, fuzz_file's own included. */
+static inline int fuzz_input_fds(void)
+{
+	return fuzz_fds_on("/memfd:sparsebuf-fuzz");
 }
 
 /* ---- touching memory that may raise SIGBUS --------------------------------

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Fuzz the save-file reader: sb_buf_restore (lib/file.c) and the lazy,
- * checked page-ins of the buffer it returns.
+ * Fuzz the save files: sb_buf_restore (lib/save.c), the lazy, checked
+ * page-ins of the buffer it returns, and what can be done with that
+ * buffer (write, save, evict).
  *
  * Every input is tried twice:
  *
@@ -10,28 +11,36 @@
  *            through to the page-in checks;
  *   fixed    the header's and tables' CRC-32Cs recomputed over the mutated
  *            bytes (and, for most inputs, the CRC of every present block),
- *            the file extended (sparse) to the length the header declares
- *            when that is at most CAP: the mutations reach everything
- *            behind the checksums.
+ *            the file extended with zeros to the length the header
+ *            declares when that is at most CAP: the mutations reach
+ *            everything behind the checksums.
  *
  * The contract checked, per restore:
  *   - it fails with a documented -errno (-EBADMSG for a bad file; -ENOMEM
  *     is tolerated), or it gives a buffer of the declared length rounded
  *     up to whole pages, and then the file is well formed by the format
- *     in lib/file.c's header comment (accepted implies valid);
+ *     in lib/save.c's header comment (accepted implies valid);
  *   - every page of the buffer is touched: a page raises SIGBUS exactly
  *     when one of its present blocks fails its checksum (or, for a
  *     SB_BUF_STRICT buffer, when it has no present block); a page that
  *     reads holds the file's bytes for its present blocks and zeros
- *     elsewhere (no silent zeros, no silent corruption);
- *   - destroying the buffer leaves the pool consistent (sbi_pool_verify)
- *     and no descriptor of the file open.
+ *     elsewhere (no silent zeros, no silent corruption), and what was
+ *     written through the buffer;
+ *   - depending on the input (bits of its CRC, so a replay does the
+ *     same): a byte written in every third page; the buffer saved, over
+ *     the file it came from or to another, the save restored and
+ *     compared, the original still reading right (its unread pages from
+ *     the replaced file); the buffer evicted and read again;
+ *   - destroying the buffers leaves the pool consistent (sbi_pool_verify)
+ *     and no descriptor open on the files.
  *
  * The pool is made once per process (page 16 KiB: four blocks a page, so
- * partial pages and tails are covered). Without userfaultfd the harness
+ * partial pages and tails are covered); the files live in a private
+ * directory in /dev/shm, removed at exit (or, after a crash, by the next
+ * run). Without userfaultfd the harness
  * skips (exit 77, "SKIP: why").
  *
- * The format is mirrored here (struct save_hdr): if lib/file.c changes it,
+ * The format is mirrored here (struct save_hdr): if lib/save.c changes it,
  * update the mirror and regenerate the seeds (tests/fuzz/mkseeds.c).
  */
 #include "fuzz.h"
@@ -39,6 +48,8 @@
 #include "sparsebuf.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 
 #define BLOCK 4096u
 #define PAGE ((size_t)16 << 10)
@@ -68,6 +79,63 @@ static int can_wp;
  * and its size (holes past the input read as zeros). */
 static uint8_t *file;
 static size_t file_cap;
+/* A private directory on tmpfs: the input file, and where saves go. */
+static char dir[64], in_path[96], out_path[96];
+
+static void remove_dir(void)
+{
+	unlink(in_path);
+	unlink(out_path);
+	rmdir(dir);
+}
+
+/* A harness that crashed (the point of fuzzing) left its directory,
+ * named by its pid: remove those of processes gone. */
+static void remove_stale(const char *parent)
+{
+	DIR *d = opendir(parent);
+	struct dirent *e;
+
+	while (d && (e = readdir(d))) {
+		char p[300];
+		long pid;
+
+		if (strncmp(e->d_name, "sbfuzz-", 7))
+			continue;
+		pid = atol(e->d_name + 7);
+		if (pid <= 0 || (kill((pid_t)pid, 0) < 0 && errno == ESRCH)) {
+			snprintf(p, sizeof(p), "%s/%s/in", parent, e->d_name);
+			unlink(p);
+			snprintf(p, sizeof(p), "%s/%s/out", parent, e->d_name);
+			unlink(p);
+			snprintf(p, sizeof(p), "%s/%s", parent, e->d_name);
+			rmdir(p);
+		}
+	}
+	if (d)
+		closedir(d);
+}
+
+static void write_file(const char *path, const void *p, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	size_t done = 0;
+
+	if (fd < 0) {
+		perror(path);
+		abort();
+	}
+	while (done < n) {
+		ssize_t w = write(fd, (const char *)p + done, n - done);
+
+		if (w <= 0) {
+			perror(path);
+			abort();
+		}
+		done += (size_t)w;
+	}
+	close(fd);
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -91,7 +159,24 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	pool = sb_pool_create(&o, &err);
 	if (!pool)
 		FUZZ_SKIP("sb_pool_create: %s", strerror(-err));
-	fuzz_file(NULL, 0);
+	remove_stale("/dev/shm");
+	remove_stale("/tmp");
+	snprintf(dir, sizeof(dir), "/dev/shm/sbfuzz-%d", (int)getpid());
+	if (mkdir(dir, 0700) < 0) {
+		snprintf(dir, sizeof(dir), "/tmp/sbfuzz-%d", (int)getpid());
+		if (mkdir(dir, 0700) < 0) {
+			perror(dir);
+			abort();
+		}
+	}
+	snprintf(in_path, sizeof(in_path), "%s/in", dir);
+	snprintf(out_path, sizeof(out_path), "%s/out", dir);
+	atexit(remove_dir);
+	/* The largest file: CAP of data behind the tables of CAP. */
+	file_cap = 3 * BLOCK + CAP + CAP / BLOCK * 4;
+	file = malloc(file_cap);
+	if (!file)
+		abort();
 	return 0;
 }
 
@@ -188,13 +273,63 @@ static void check_valid(const struct save_hdr *h0, size_t size)
 		   "accepted tables whose CRC is wrong");
 }
 
-/* Before failing: what the library counted, what each block holds. */
-static void explain(struct sb_buf *buf, const struct save_hdr *h, size_t off,
-		    int bus)
+/*
+ * What the restored buffer must show: exp (len bytes) for every page that
+ * reads, and which pages must raise SIGBUS instead (a present block that
+ * fails its CRC; for a SB_BUF_STRICT buffer, no present block at all).
+ * Writes through the buffer update exp.
+ */
+struct model {
+	size_t len;
+	char *exp;
+	uint8_t *bad;		/* (len / PAGE) */
+	uint8_t *none;		/* (len / PAGE) zeros: another buffer's bad */
+	int any_bad;		/* a block fails its CRC */
+};
+
+static void build_model(struct model *m, const struct save_hdr *h,
+			unsigned flags, size_t len)
 {
 	const uint8_t *present = file + h->present_off;
 	const uint8_t *crc = file + h->crc_off;
-	const char *base = sb_buf_addr(buf);
+
+	m->len = len;
+	m->exp = calloc(1, len);
+	m->bad = calloc(1, len / PAGE);
+	m->none = calloc(1, len / PAGE);
+	m->any_bad = 0;
+	if (!m->exp || !m->bad || !m->none)
+		abort();
+	for (size_t k = 0; k < len / PAGE; k++) {
+		int any = 0;
+
+		for (size_t b = k * (PAGE / BLOCK); b < (k + 1) * (PAGE / BLOCK);
+		     b++) {
+			const uint8_t *d = file + h->data_off + b * BLOCK;
+
+			if (b >= h->nblocks || !(present[b / 8] >> (b % 8) & 1))
+				continue;
+			any = 1;
+			memcpy(m->exp + b * BLOCK, d, BLOCK);
+			if (sbi_crc32c(d, BLOCK) != fuzz_le32(crc + b * 4))
+				m->bad[k] = 1, m->any_bad = 1;
+		}
+		if ((flags & SB_BUF_STRICT) && !any)
+			m->bad[k] = 1;
+	}
+}
+
+static void free_model(struct model *m)
+{
+	free(m->exp);
+	free(m->bad);
+	free(m->none);
+}
+
+/* Before failing: what the library counted, what page k holds. */
+static void explain(const struct model *m, const char *base, size_t k,
+		    int bus)
+{
 	struct sb_stats st;
 
 	sb_pool_stats(pool, &st);
@@ -202,95 +337,127 @@ static void explain(struct sb_buf *buf, const struct save_hdr *h, size_t off,
 		(unsigned long long)st.pages_in,
 		(unsigned long long)st.io_errors,
 		(unsigned long long)st.sigbus);
-	for (size_t b = off / BLOCK; b < (off + PAGE) / BLOCK; b++) {
-		int p = b < h->nblocks && present[b / 8] >> (b % 8) & 1;
-
-		fprintf(stderr, "block %zu: %s, table crc %08x, file crc %08x",
-			b, p ? "present" : "hole",
-			b < h->nblocks ? fuzz_le32(crc + b * 4) : 0,
-			b < h->nblocks ? sbi_crc32c(file + h->data_off +
-							    b * BLOCK, BLOCK)
-				       : 0);
-		if (!bus)
-			fprintf(stderr, ", memory crc %08x",
-				sbi_crc32c(base + b * BLOCK, BLOCK));
-		fprintf(stderr, "\n");
-	}
+	for (size_t b = k * (PAGE / BLOCK); !bus && b < (k + 1) * (PAGE / BLOCK);
+	     b++)
+		fprintf(stderr, "block %zu: expected crc %08x, memory %08x\n", b,
+			sbi_crc32c(m->exp + b * BLOCK, BLOCK),
+			sbi_crc32c(base + b * BLOCK, BLOCK));
 }
 
-/* Touch every page of a restored buffer; compare with the file. */
-static void check_pages(struct sb_buf *buf, const struct save_hdr *h,
-			unsigned flags)
+/* Touch every page of buf; bad[k]: page k must raise SIGBUS, else it must
+ * hold exp. */
+static void check_pages(struct sb_buf *buf, const struct model *m,
+			const uint8_t *bad, const char *when)
 {
-	const uint8_t *present = file + h->present_off;
-	const uint8_t *crc = file + h->crc_off;
 	const char *base = sb_buf_addr(buf);
-	size_t len = sb_buf_length(buf);
 	struct fuzz_bus_guard g;
 
+	FUZZ_CHECK(sb_buf_length(buf) == m->len, "%s: %zu bytes, not %zu",
+		   when, sb_buf_length(buf), m->len);
 	/* Known bug "save-zero-fill": a fault message that reaches the
 	 * handler after a failed page-in poisoned the page (a touch while
 	 * the read was in flight) zero-fills it: the toucher reads zeros.
 	 * Reading every page in first (and waiting) leaves no read in
 	 * flight for a touch to meet. */
 	if (fuzz_masked("save-zero-fill")) {
-		struct sb_range all = {0, len};
+		struct sb_range all = {0, m->len};
 
 		sb_buf_prefetch(buf, &all, 1, SB_PREFETCH_WAIT);
 	}
 	fuzz_bus_guard_on(&g);
-	for (size_t off = 0; off < len; off += PAGE) {
-		int bad = 0, any = 0, bus;
+	for (size_t k = 0; k < m->len / PAGE; k++) {
+		const char *p = base + k * PAGE;
+		int bus = fuzz_touch(p);
+		size_t i = 0;
 
-		for (size_t b = off / BLOCK; b < (off + PAGE) / BLOCK; b++) {
-			if (b >= h->nblocks || !(present[b / 8] >> (b % 8) & 1))
-				continue;
-			any = 1;
-			if (sbi_crc32c(file + h->data_off + b * BLOCK, BLOCK) !=
-			    fuzz_le32(crc + b * 4))
-				bad = 1;
-		}
-		if ((flags & SB_BUF_STRICT) && !any)
-			bad = 1;
-		bus = fuzz_touch(base + off);
-		if (bus != bad)
-			explain(buf, h, off, bus);
-		FUZZ_CHECK(bus == bad,
-			   "page at %zu of %zu, flags %#x: %s (present blocks "
-			   "%d)", off, len, flags,
+		if (bus != bad[k])
+			explain(m, base, k, bus);
+		FUZZ_CHECK(bus == bad[k], "%s: page %zu of %zu: %s", when, k,
+			   m->len / PAGE,
 			   bus ? "SIGBUS, but its blocks are good"
-			       : "read, but a block fails its CRC",
-			   any);
+			       : "read, but a block fails its CRC");
 		if (bus)
 			continue;
-		for (size_t b = off / BLOCK; b < (off + PAGE) / BLOCK; b++) {
-			const char *m = base + b * BLOCK;
-
-			if (b < h->nblocks && present[b / 8] >> (b % 8) & 1) {
-				FUZZ_CHECK(!memcmp(m, file + h->data_off +
-							      b * BLOCK,
-						   BLOCK),
-					   "block %zu differs from the file", b);
-			} else {
-				for (size_t i = 0; i < BLOCK; i++)
-					FUZZ_CHECK(!m[i],
-						   "hole block %zu: byte %zu is "
-						   "%d, not 0", b, i, m[i]);
-			}
-		}
+		while (i < PAGE && p[i] == m->exp[k * PAGE + i])
+			i++;
+		if (i < PAGE)
+			explain(m, base, k, 0);
+		FUZZ_CHECK(i == PAGE, "%s: page %zu, byte %zu is %d, not %d",
+			   when, k, i, p[i], m->exp[k * PAGE + i]);
 	}
 	fuzz_bus_guard_off(&g);
 }
 
-static void try_restore(size_t size, unsigned flags)
+/* Change a byte in every third page that reads (a write faults the page
+ * in first). */
+static void write_some(struct sb_buf *buf, struct model *m, uint32_t pick)
 {
-	const char *path = fuzz_file(file, size);
+	char *base = sb_buf_addr(buf);
+
+	for (size_t k = 0; k < m->len / PAGE; k++) {
+		size_t at = k * PAGE + (k * 131 + pick) % PAGE;
+
+		if (m->bad[k] || (k + pick) % 3)
+			continue;
+		m->exp[at] = (char)(m->exp[at] ^ 0x5a);
+		base[at] = m->exp[at];
+	}
+}
+
+/*
+ * Save the buffer (to the file it came from, or another) and restore what
+ * was saved: the new buffer shows exp everywhere. The old one must go on
+ * reading its pages, the unread ones from the file it was restored from
+ * even when the save replaced that path (issue 10, defect 1).
+ */
+static void round_trip(struct sb_buf *buf, const struct model *m, int own)
+{
+	const char *to = own ? in_path : out_path;
+	struct sb_buf *again;
+	int r, err = 0;
+
+	r = sb_buf_save(buf, 0, m->len, to);
+	FUZZ_CHECK(r == 0, "sb_buf_save to %s: %d (%s)",
+		   own ? "its own file" : "another file", r, strerror(-r));
+	again = sb_buf_restore(pool, to, 0, &err);
+	FUZZ_CHECK(again, "restoring what sb_buf_save wrote: %d (%s)", err,
+		   strerror(-err));
+	check_pages(again, m, m->none, "restored after a save");
+	sb_buf_destroy(again);
+}
+
+/* Every phase on a restored buffer; pick says which. */
+static void exercise(struct sb_buf *buf, const struct save_hdr *h,
+		     unsigned flags, uint32_t pick)
+{
+	struct model m;
+	long r;
+
+	build_model(&m, h, flags, sb_buf_length(buf));
+	if (pick & 0x10)
+		write_some(buf, &m, pick);
+	/* Not with bad pages: their data is lost, the save says -EIO. */
+	if ((pick & 0x40) && !m.any_bad)
+		round_trip(buf, &m, (pick & 0x80) != 0);
+	check_pages(buf, &m, m.bad, "restored");
+	if (pick & 0x20) {
+		r = sb_buf_evict(buf, 0, m.len);
+		FUZZ_CHECK(r >= 0 || r == -EIO || (r == -EOPNOTSUPP && !can_wp),
+			   "sb_buf_evict: %ld", r);
+		check_pages(buf, &m, m.bad, "evicted");
+	}
+	free_model(&m);
+}
+
+static void try_restore(size_t size, unsigned flags, uint32_t pick)
+{
 	struct sb_buf *buf;
 	struct save_hdr h;
 	char why[512];
 	int err = 0;
 
-	buf = sb_buf_restore(pool, path, flags, &err);
+	write_file(in_path, file, size);
+	buf = sb_buf_restore(pool, in_path, flags, &err);
 	if (!buf) {
 		FUZZ_CHECK(err == -EBADMSG || err == -ENOMEM,
 			   "sb_buf_restore failed with %d (%s)", err,
@@ -302,14 +469,13 @@ static void try_restore(size_t size, unsigned flags)
 				   (h.length + PAGE - 1) / PAGE * PAGE,
 			   "buffer of %zu bytes for a declared %llu",
 			   sb_buf_length(buf), (unsigned long long)h.length);
-		check_pages(buf, &h, flags);
+		exercise(buf, &h, flags, pick);
 		sb_buf_destroy(buf);
 	}
 	FUZZ_CHECK(sbi_pool_verify(pool, why, sizeof(why)) == 0, "pool: %s",
 		   why);
-	FUZZ_CHECK(fuzz_input_fds() == 1,
-		   "%d descriptors left open on the save file",
-		   fuzz_input_fds() - 1);
+	FUZZ_CHECK(fuzz_fds_on(dir) == 0, "%d descriptors left open in %s",
+		   fuzz_fds_on(dir), dir);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -327,22 +493,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		flags |= SB_BUF_STRICT;
 	if ((pick & 2) && can_wp)
 		flags |= SB_BUF_EVICTABLE;
-	if (!file) {
-		/* The largest file: CAP of data behind the tables of CAP. */
-		file_cap = 3 * BLOCK + CAP + CAP / BLOCK * 4;
-		file = malloc(file_cap);
-		if (!file)
-			abort();
-	}
 	/* Raw. */
 	memcpy(file, data, size);
 	memset(file + size, 0, file_cap - size);
-	try_restore(size, flags);
+	try_restore(size, flags, pick);
 	/* Fixed up; bytes past the input are the zeros of a sparse file. */
 	if (size >= sizeof(struct save_hdr)) {
 		memcpy(file, data, size);
 		memset(file + size, 0, file_cap - size);
-		try_restore(fix_up(size, (pick & 12) != 0), flags);
+		try_restore(fix_up(size, (pick & 12) != 0), flags, pick);
 	}
 	return 0;
 }
