@@ -11,9 +11,10 @@
  *            through to the page-in checks;
  *   fixed    the header's and tables' CRC-32Cs recomputed over the mutated
  *            bytes (and, for most inputs, the CRC of every present block),
- *            the file extended with zeros to the length the header
- *            declares when that is at most CAP: the mutations reach
- *            everything behind the checksums.
+ *            the file extended to the length the header declares when
+ *            that is at most CAP (with zeros, or for some inputs a hole,
+ *            which the reader must refuse where the tables are): the
+ *            mutations reach everything behind the checksums.
  *
  * The contract checked, per restore:
  *   - it fails with a documented -errno (-EBADMSG for a bad file; -ENOMEM
@@ -116,12 +117,18 @@ static void remove_stale(const char *parent)
 		closedir(d);
 }
 
-static void write_file(const char *path, const void *p, size_t n)
+/* Write the first n bytes of p and make the file size bytes long: the
+ * rest (zeros in p) a hole. */
+static void write_file(const char *path, const void *p, size_t n, size_t size)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	size_t done = 0;
 
 	if (fd < 0) {
+		perror(path);
+		abort();
+	}
+	if (ftruncate(fd, (off_t)size) < 0) {
 		perror(path);
 		abort();
 	}
@@ -449,14 +456,17 @@ static void exercise(struct sb_buf *buf, const struct save_hdr *h,
 	free_model(&m);
 }
 
-static void try_restore(size_t size, unsigned flags, uint32_t pick)
+/* The file is file[0, size); what lies past the input (in, zeros) is
+ * written out, or for some inputs left a hole of a sparse file. */
+static void try_restore(size_t size, size_t in, unsigned flags, uint32_t pick)
 {
 	struct sb_buf *buf;
 	struct save_hdr h;
 	char why[512];
 	int err = 0;
 
-	write_file(in_path, file, size);
+	write_file(in_path, file, (pick & 0x100) && in < size ? in : size,
+		   size);
 	buf = sb_buf_restore(pool, in_path, flags, &err);
 	if (!buf) {
 		FUZZ_CHECK(err == -EBADMSG || err == -ENOMEM,
@@ -496,12 +506,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* Raw. */
 	memcpy(file, data, size);
 	memset(file + size, 0, file_cap - size);
-	try_restore(size, flags, pick);
+	try_restore(size, size, flags, pick);
 	/* Fixed up; bytes past the input are the zeros of a sparse file. */
 	if (size >= sizeof(struct save_hdr)) {
 		memcpy(file, data, size);
 		memset(file + size, 0, file_cap - size);
-		try_restore(fix_up(size, (pick & 12) != 0), flags, pick);
+		try_restore(fix_up(size, (pick & 12) != 0), size, flags, pick);
 	}
 	return 0;
 }
