@@ -87,7 +87,12 @@ fuzz-replay:
 		fuzz-replay-bin
 	@FUZZ_SECONDS=0 tests/fuzz/run.sh $(FUZZ_BUILD)-replay/fuzz-replay
 
-.PHONY: fuzz fuzz-bin fuzz-seeds fuzz-replay fuzz-replay-bin \
+# make clean removes the fuzz builds too.
+clean: clean-fuzz
+clean-fuzz:
+	rm -rf $(FUZZ_BUILD) $(FUZZ_BUILD)-replay
+
+.PHONY: fuzz fuzz-bin fuzz-seeds clean-fuzz fuzz-replay fuzz-replay-bin \
 	deps-fuzz
 
 .DEFAULT_GOAL := $(FUZZ_GOAL)
