@@ -127,8 +127,10 @@ static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
 		sbi_pagein_fault(buf, idx);
 		return;
 	}
-	if (*pte & SBI_PTE_KEEP) {
-		/* Its read failed and its poison did not hold: again. */
+	if (*pte & (SBI_PTE_KEEP | SBI_PTE_IOERR)) {
+		/* Its read failed (a message that raced the poisoning, or a
+		 * poison that did not hold): SIGBUS again, never a zero
+		 * page where there was data. */
 		r = -EIO;
 		goto fail;
 	}

@@ -537,6 +537,30 @@ static void mark_present(struct sb_buf *buf, const struct sbi_src *src)
 	}
 }
 
+/* A strict buffer's range is registered with the SIGBUS uffd: a touch of
+ * a page that is in the file must reach the handler instead, which reads
+ * it in (as for a strict buffer's evicted page). Layout and buffer locks
+ * held; nobody has the buffer yet. */
+static int strict_pages_in(struct sb_buf *buf)
+{
+	for (size_t i = 0; i < buf->npages;) {
+		size_t j = i;
+		int r;
+
+		if (!(buf->pte[i] & SBI_PTE_DISK)) {
+			i++;
+			continue;
+		}
+		while (j < buf->npages && (buf->pte[j] & SBI_PTE_DISK))
+			j++;
+		r = sbi_vma_unplace_uffd(buf, i, j - i, buf->pool->uffd);
+		if (r < 0)
+			return r;
+		i = j;
+	}
+	return 0;
+}
+
 SB_API struct sb_buf *sb_buf_restore(struct sb_pool *pool, const char *path,
 				     unsigned flags, int *err)
 {
@@ -576,9 +600,16 @@ SB_API struct sb_buf *sb_buf_restore(struct sb_pool *pool, const char *path,
 	buf = sbi_buf_create(pool, (size_t)length, flags, src, &r);
 	if (!buf)
 		goto out;
+	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);
 	mark_present(buf, src);
+	r = flags & SB_BUF_STRICT ? strict_pages_in(buf) : 0;
 	pthread_mutex_unlock(&buf->lock);
+	pthread_rwlock_unlock(&pool->layout);
+	if (r < 0) {
+		sb_buf_destroy(buf);	/* frees src */
+		return fail(err, r);
+	}
 	return buf;
 out:
 	sbi_src_free(src);
