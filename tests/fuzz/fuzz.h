@@ -30,26 +30,27 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 /* A broken invariant: say which, then abort so the fuzzer keeps the input
  * and the sanitizer prints the stack. */
-#define FUZZ_CHECK(cond, ...)                                                \
-	do {                                                                 \
-		if (!(cond)) {                                               \
-			fprintf(stderr, "%s:%d: invariant broken: %s: ",     \
-				__FILE__, __LINE__, #cond);                  \
-			fprintf(stderr, __VA_ARGS__);                        \
-			fprintf(stderr, "\n");                               \
-			abort();                                             \
-		}                                                            \
+#define FUZZ_CHECK(cond, ...)                                                  \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			fprintf(stderr,                                        \
+				"%s:%d: invariant broken: %s: ", __FILE__,     \
+				__LINE__, #cond);                              \
+			fprintf(stderr, __VA_ARGS__);                          \
+			fprintf(stderr, "\n");                                 \
+			abort();                                               \
+		}                                                              \
 	} while (0)
 
 /* A harness that cannot run here (no userfaultfd): run.sh prints "skipped"
  * for exit status 77 with the first line starting "SKIP: ". */
-#define FUZZ_SKIP(...)                                                       \
-	do {                                                                 \
-		printf("SKIP: ");                                            \
-		printf(__VA_ARGS__);                                         \
-		printf("\n");                                                \
-		fflush(stdout);                                              \
-		_exit(77);                                                   \
+#define FUZZ_SKIP(...)                                                         \
+	do {                                                                   \
+		printf("SKIP: ");                                              \
+		printf(__VA_ARGS__);                                           \
+		printf("\n");                                                  \
+		fflush(stdout);                                                \
+		_exit(77);                                                     \
 	} while (0)
 
 /*
@@ -197,8 +198,7 @@ static inline void fuzz_bus_guard_off(struct fuzz_bus_guard *g)
 
 /* Read the byte at p (guard on): 1 if it raised SIGBUS, else 0. Not
  * inlined: the jump back lands in a frame that holds nothing else. */
-static __attribute__((noinline, unused)) int
-fuzz_touch(const volatile char *p)
+static __attribute__((noinline, unused)) int fuzz_touch(const volatile char *p)
 {
 	if (sigsetjmp(fuzz_bus_jmp, 1))
 		return 1;

@@ -10,12 +10,12 @@
  * n_kv_heads, an even head size) and every weight array it points at lies
  * inside the file, computed here without overflow (128-bit). A model that
  * passes then runs from an exact-size heap copy: a dense session, three
- * tokens through sbm_forward (ASan and UBSan watch the kernels). That is what sbrun does with a file
- * it was given, and the file is small, so the model is too.
+ * tokens through sbm_forward (ASan and UBSan watch the kernels). That is what
+ * sbrun does with a file it was given, and the file is small, so the model is
+ * too.
  */
 #include "fuzz.h"
 #include "../../runner/model.h"
-
 
 typedef unsigned __int128 u128;
 
@@ -41,19 +41,19 @@ static void check_model(const struct sbm_model *m, const void *base,
 			   c->n_heads > 0 && c->n_kv_heads > 0 &&
 			   c->vocab_size > 0 && c->seq_len > 0,
 		   "accepted a nonpositive field (dim %d hidden %d layers %d "
-		   "heads %d kv_heads %d vocab %d seq %d)", c->dim,
-		   c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads,
-		   c->vocab_size, c->seq_len);
-	FUZZ_CHECK(c->dim % c->n_heads == 0 && c->n_heads % c->n_kv_heads == 0 &&
+		   "heads %d kv_heads %d vocab %d seq %d)",
+		   c->dim, c->hidden_dim, c->n_layers, c->n_heads,
+		   c->n_kv_heads, c->vocab_size, c->seq_len);
+	FUZZ_CHECK(c->dim % c->n_heads == 0 &&
+			   c->n_heads % c->n_kv_heads == 0 &&
 			   (c->dim / c->n_heads) % 2 == 0,
-		   "accepted dim %d, heads %d, kv_heads %d", c->dim,
-		   c->n_heads, c->n_kv_heads);
-	FUZZ_CHECK(m->head_size == c->dim / c->n_heads &&
-			   (u128)m->kv_dim == d * (u128)c->n_kv_heads /
-						      (u128)c->n_heads,
-		   "head_size %d, kv_dim %d for dim %d heads %d/%d",
-		   m->head_size, m->kv_dim, c->dim, c->n_heads,
+		   "accepted dim %d, heads %d, kv_heads %d", c->dim, c->n_heads,
 		   c->n_kv_heads);
+	FUZZ_CHECK(m->head_size == c->dim / c->n_heads &&
+			   (u128)m->kv_dim ==
+				   d * (u128)c->n_kv_heads / (u128)c->n_heads,
+		   "head_size %d, kv_dim %d for dim %d heads %d/%d",
+		   m->head_size, m->kv_dim, c->dim, c->n_heads, c->n_kv_heads);
 	kvd = (u128)m->kv_dim;
 	shared = w->wcls == w->token_embedding;
 	/* run.c's layout: embedding, per-layer arrays, final norm, the
@@ -65,9 +65,9 @@ static void check_model(const struct sbm_model *m, const void *base,
 		   "(dim %d hidden %d layers %d heads %d/%d vocab %d seq %d)",
 		   size, c->dim, c->hidden_dim, c->n_layers, c->n_heads,
 		   c->n_kv_heads, c->vocab_size, c->seq_len);
-#define IN(p, n)                                                             \
-	FUZZ_CHECK(inside(base, size, (p), (n)),                             \
-		   "%s (%llu floats) is outside the file", #p,               \
+#define IN(p, n)                                                               \
+	FUZZ_CHECK(inside(base, size, (p), (n)),                               \
+		   "%s (%llu floats) is outside the file", #p,                 \
 		   (unsigned long long)(n))
 	IN(w->token_embedding, V * d);
 	IN(w->rms_att, L * d);

@@ -33,25 +33,32 @@
 static const struct {
 	long long min, max;
 } int_bounds[] = {
-	{LLONG_MIN, LLONG_MAX}, {0, INT_MAX}, {1, 1 << 24}, {-1, 4095},
-	{5, 5}, {1, 0},
+	{LLONG_MIN, LLONG_MAX},
+	{0, INT_MAX},
+	{1, 1 << 24},
+	{-1, 4095},
+	{5, 5},
+	{1, 0},
 };
 
 static const struct {
 	uint64_t min, max;
 } u64_bounds[] = {
-	{0, UINT64_MAX}, {1, (uint64_t)1 << 40}, {4096, 4096}, {1, 0},
+	{0, UINT64_MAX},
+	{1, (uint64_t)1 << 40},
+	{4096, 4096},
+	{1, 0},
 };
 
 static const struct {
 	double min, max;
 } dbl_bounds[] = {
-	{-HUGE_VAL, HUGE_VAL}, {0.0, 2.0}, {0.0, 1.0}, {-1e-300, 1e-300},
-	{1.0, 0.0},
+	{-HUGE_VAL, HUGE_VAL}, {0.0, 2.0}, {0.0, 1.0},
+	{-1e-300, 1e-300},     {1.0, 0.0},
 };
 
-static const char *const names[] = {"dense", "sparse", "f32", "f16", "bf16",
-				    "", NULL};
+static const char *const names[] = {"dense", "sparse", "f32", "f16",
+				    "bf16",  "",       NULL};
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -67,8 +74,8 @@ static void check_int(const char *s, unsigned b)
 		   "sbc_parse_int(\"%s\") returned %d", s, r);
 	if (r < 0)
 		return;
-	FUZZ_CHECK(v >= min && v <= max, "\"%s\" gave %lld outside [%lld, "
-		   "%lld]", s, v, min, max);
+	FUZZ_CHECK(v >= min && v <= max, "\"%s\": %lld not in [%lld, %lld]", s,
+		   v, min, max);
 	FUZZ_CHECK(strspn(s, "+-0123456789abcdefABCDEFxX") == strlen(s),
 		   "accepted \"%s\"", s);
 	snprintf(buf, sizeof(buf), "%lld", v);
@@ -115,8 +122,8 @@ static void check_double(const char *s, unsigned b)
 		return;
 	FUZZ_CHECK(isfinite(v) && v >= min && v <= max,
 		   "\"%s\" gave %g outside [%g, %g]", s, v, min, max);
-	FUZZ_CHECK(strspn(s, "+-.0123456789eE") == strlen(s),
-		   "accepted \"%s\"", s);
+	FUZZ_CHECK(strspn(s, "+-.0123456789eE") == strlen(s), "accepted \"%s\"",
+		   s);
 	snprintf(buf, sizeof(buf), "%.17g", v);
 	FUZZ_CHECK(sbc_parse_double(buf, min, max, &again) == 0 && again == v,
 		   "\"%s\" gave %.17g, which does not parse back", s, v);
@@ -149,7 +156,7 @@ static void check_size(const char *s, unsigned b)
 		int shift = strchr("kK", s[digits])   ? 10
 			    : strchr("mM", s[digits]) ? 20
 			    : strchr("gG", s[digits]) ? 30
-						       : 40;
+						      : 40;
 
 		FUZZ_CHECK(v == strtoull(s, NULL, 10) << shift,
 			   "\"%s\" gave %llu", s, (unsigned long long)v);
@@ -183,8 +190,10 @@ static void check_list(const char *s, unsigned b)
 	if (r < 0)
 		return;
 	for (int i = 0; i < r; i++) {
-		FUZZ_CHECK(v[i] >= min && v[i] <= max, "\"%s\": element %d "
-			   "is %lld", s, i, v[i]);
+		FUZZ_CHECK(v[i] >= min && v[i] <= max,
+			   "\"%s\": element %d "
+			   "is %lld",
+			   s, i, v[i]);
 		n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%lld",
 				      i ? "," : "", v[i]);
 	}
@@ -249,23 +258,24 @@ static void quiet(int on)
 	}
 }
 
-#define WALK_CHECK(cond, ...)                                                \
-	do {                                                                 \
-		if (!(cond))                                                 \
-			quiet(0);                                            \
-		FUZZ_CHECK(cond, __VA_ARGS__);                               \
+#define WALK_CHECK(cond, ...)                                                  \
+	do {                                                                   \
+		if (!(cond))                                                   \
+			quiet(0);                                              \
+		FUZZ_CHECK(cond, __VA_ARGS__);                                 \
 	} while (0)
 
 static void walk(char *text, size_t len)
 {
-	static struct sbc c;	/* static: survives the longjmp */
+	static struct sbc c; /* static: survives the longjmp */
 	static char *argv[MAX_ARGS + 1];
 	int argc = 0;
 	const char *v;
 	int id;
 
 	argv[argc++] = "fuzz";
-	for (size_t i = 0; i < len && argc < MAX_ARGS; i += strlen(text + i) + 1)
+	for (size_t i = 0; i < len && argc < MAX_ARGS;
+	     i += strlen(text + i) + 1)
 		argv[argc++] = text + i;
 	argv[argc] = NULL;
 	memset(&c, 0, sizeof(c));
@@ -291,14 +301,29 @@ static void walk(char *text, size_t len)
 		WALK_CHECK(id == O_FLAG ? !v : v != NULL,
 			   "option %d with value %p", id, (const void *)v);
 		switch (id) {
-		case O_INT: sbc_int(&c, v, 0, 1 << 20); break;
-		case O_U64: sbc_u64(&c, v, 0, UINT64_MAX); break;
-		case O_DBL: sbc_double(&c, v, 0.0, 2.0); break;
-		case O_SIZE: sbc_size(&c, v, 4096, (uint64_t)1 << 50); break;
-		case O_CHOICE: sbc_choice(&c, v, names); break;
-		case O_LIST: sbc_list(&c, v, 0, 1 << 24, list, MAX_LIST); break;
-		case O_NAMES: sbc_choice_list(&c, v, names, idx, MAX_LIST); break;
-		default: break;
+		case O_INT:
+			sbc_int(&c, v, 0, 1 << 20);
+			break;
+		case O_U64:
+			sbc_u64(&c, v, 0, UINT64_MAX);
+			break;
+		case O_DBL:
+			sbc_double(&c, v, 0.0, 2.0);
+			break;
+		case O_SIZE:
+			sbc_size(&c, v, 4096, (uint64_t)1 << 50);
+			break;
+		case O_CHOICE:
+			sbc_choice(&c, v, names);
+			break;
+		case O_LIST:
+			sbc_list(&c, v, 0, 1 << 24, list, MAX_LIST);
+			break;
+		case O_NAMES:
+			sbc_choice_list(&c, v, names, idx, MAX_LIST);
+			break;
+		default:
+			break;
 		}
 	}
 	quiet(0);
@@ -327,14 +352,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(text, data + 2, len);
 	text[len] = 0;
 	switch (sel) {
-	case 0: check_int(text, b); break;
-	case 1: check_u64(text, b); break;
-	case 2: check_double(text, b); break;
-	case 3: check_size(text, b); break;
-	case 4: check_choice(text); break;
-	case 5: check_list(text, b); break;
-	case 6: check_choice_list(text); break;
-	default: walk(text, len); break;
+	case 0:
+		check_int(text, b);
+		break;
+	case 1:
+		check_u64(text, b);
+		break;
+	case 2:
+		check_double(text, b);
+		break;
+	case 3:
+		check_size(text, b);
+		break;
+	case 4:
+		check_choice(text);
+		break;
+	case 5:
+		check_list(text, b);
+		break;
+	case 6:
+		check_choice_list(text);
+		break;
+	default:
+		walk(text, len);
+		break;
 	}
 	return 0;
 }

@@ -29,8 +29,8 @@
 
 static const char *const names[] = {
 	"SPARSEBUF_PAGE_SIZE", "SPARSEBUF_HEAP_SIZE", "SPARSEBUF_MAX_BYTES",
-	"SPARSEBUF_NUMA_NODE", "SPARSEBUF_LOG", "SPARSEBUF_FAULT_THREADS",
-	"SPARSEBUF_RECYCLE", "SPARSEBUF_PAGER",
+	"SPARSEBUF_NUMA_NODE", "SPARSEBUF_LOG",	      "SPARSEBUF_FAULT_THREADS",
+	"SPARSEBUF_RECYCLE",   "SPARSEBUF_PAGER",
 };
 #define NNAMES (sizeof(names) / sizeof(names[0]))
 
@@ -45,8 +45,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	 * at load left the defaults. */
 	for (size_t i = 0; i < NNAMES; i++)
 		if (getenv(names[i]))
-			FUZZ_SKIP("%s is set: run without SPARSEBUF_* variables",
-				  names[i]);
+			FUZZ_SKIP(
+				"%s is set: run without SPARSEBUF_* variables",
+				names[i]);
 	saved_opts = env_opts;
 	saved_threads = env_fault_threads;
 	saved_log = sbi_log_level;
@@ -79,8 +80,8 @@ static void check_size(const char *s)
 		   "\"%s\" parses to %zu, which does not parse back", s, v);
 	/* Plain digits are exactly their value. */
 	if (strspn(s, "0123456789") == strlen(s))
-		FUZZ_CHECK(v == strtoull(s, NULL, 10),
-			   "\"%s\" parses to %zu", s, v);
+		FUZZ_CHECK(v == strtoull(s, NULL, 10), "\"%s\" parses to %zu",
+			   s, v);
 }
 
 static void use_pool(void)
@@ -92,8 +93,9 @@ static void use_pool(void)
 
 	sb_pool_opts_init(&o);
 	/* A pool's fixed cost grows with these: keep a run cheap. */
-	if (o.page_size > ((size_t)2 << 20) || o.heap_size > ((size_t)64 << 20) ||
-	    env_fault_threads == 0 || env_fault_threads > 4)
+	if (o.page_size > ((size_t)2 << 20) ||
+	    o.heap_size > ((size_t)64 << 20) || env_fault_threads == 0 ||
+	    env_fault_threads > 4)
 		return;
 	p = sb_pool_create(&o, &err);
 	if (!p) {

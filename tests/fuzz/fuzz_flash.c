@@ -62,7 +62,8 @@ static void check_layout(const struct sbf_header *h)
 	FUZZ_CHECK(h->dim && h->n_layers && h->n_heads && h->n_kv_heads &&
 			   h->hidden && h->vocab && h->rank,
 		   "accepted a zero dimension");
-	FUZZ_CHECK(h->dim % h->n_heads == 0 && h->n_heads % h->n_kv_heads == 0 &&
+	FUZZ_CHECK(h->dim % h->n_heads == 0 &&
+			   h->n_heads % h->n_kv_heads == 0 &&
 			   (h->dim / h->n_heads) % 2 == 0,
 		   "accepted dim %u heads %u/%u", h->dim, h->n_heads,
 		   h->n_kv_heads);
@@ -80,10 +81,11 @@ static void check_layout(const struct sbf_header *h)
 		   "accepted a layout that is not the geometry's (it wrapped "
 		   "around?): dim %u layers %u heads %u/%u hidden %u vocab %u "
 		   "rank %u: res_bytes %llu (true %.4g), file_bytes %llu (true "
-		   "%.4g)", h->dim, h->n_layers, h->n_heads, h->n_kv_heads,
-		   h->hidden, h->vocab, h->rank,
-		   (unsigned long long)h->res_bytes, (double)res,
-		   (unsigned long long)h->file_bytes, (double)(ffn_off + ffn));
+		   "%.4g)",
+		   h->dim, h->n_layers, h->n_heads, h->n_kv_heads, h->hidden,
+		   h->vocab, h->rank, (unsigned long long)h->res_bytes,
+		   (double)res, (unsigned long long)h->file_bytes,
+		   (double)(ffn_off + ffn));
 }
 
 /* Run the file (file[0, len), written already) in the modes picked. */
@@ -111,8 +113,10 @@ static void run(size_t len, unsigned pick)
 				   r == -EBADMSG || r == -EIO,
 			   "sbf_run(%s) failed with %d", sbf_mode_name(o.mode),
 			   r);
-		FUZZ_CHECK(fuzz_input_fds() == 1, "sbf_run(%s) left the file "
-			   "open", sbf_mode_name(o.mode));
+		FUZZ_CHECK(fuzz_input_fds() == 1,
+			   "sbf_run(%s) left the file "
+			   "open",
+			   sbf_mode_name(o.mode));
 	}
 }
 
@@ -132,7 +136,8 @@ static void try_header(const uint8_t *head, size_t size, const uint8_t *rest,
 	int r;
 
 	if (size >= sizeof(h))
-		memcpy(&declared, head + offsetof(struct sbf_header, file_bytes),
+		memcpy(&declared,
+		       head + offsetof(struct sbf_header, file_bytes),
 		       sizeof(declared));
 	if (declared > size && declared <= RUN_MAX) {
 		len = (size_t)declared;

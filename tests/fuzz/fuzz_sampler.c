@@ -36,7 +36,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (int i = 0; i < vocab; i++) {
 		logits[i] = 0.0f;
 		if (size >= 4)
-			memcpy(&logits[i], data + (size_t)i * 4 % (size & ~3u), 4);
+			memcpy(&logits[i], data + (size_t)i * 4 % (size & ~3u),
+			       4);
 	}
 	r = sbm_sampler_init(&sp, vocab, t, p, seed);
 	if (r < 0) {

@@ -53,7 +53,7 @@
 #include <sys/stat.h>
 
 #define BLOCK 4096u
-#define PAGE ((size_t)16 << 10)
+#define PAGE  ((size_t)16 << 10)
 /* Largest declared length the harness makes the file big enough for: the
  * touch of every page stays cheap, and a declared terabyte (issue 10,
  * defect 9: unbounded work) stays out until the library bounds it. */
@@ -69,7 +69,7 @@ struct save_hdr {
 	uint64_t crc_off;
 	uint64_t data_off;
 	uint32_t tables_crc;
-	uint32_t header_crc;	/* of this struct with header_crc = 0 */
+	uint32_t header_crc; /* of this struct with header_crc = 0 */
 };
 
 _Static_assert(sizeof(struct save_hdr) == 64, "save header mirror");
@@ -154,7 +154,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	(void)argv;
 	sb_features_get(&f);
 	if (f.uffd_mode == SB_UFFD_NONE)
-		FUZZ_SKIP("userfaultfd unavailable: %s", strerror(-f.uffd_error));
+		FUZZ_SKIP("userfaultfd unavailable: %s",
+			  strerror(-f.uffd_error));
 	can_wp = f.wp_shmem;
 	sb_pool_opts_init(&o);
 	o.page_size = PAGE;
@@ -263,8 +264,7 @@ static void check_valid(const struct save_hdr *h0, size_t size)
 	FUZZ_CHECK(h.length && h.length % BLOCK == 0 &&
 			   h.nblocks == h.length / BLOCK,
 		   "accepted length %llu, nblocks %llu",
-		   (unsigned long long)h.length,
-		   (unsigned long long)h.nblocks);
+		   (unsigned long long)h.length, (unsigned long long)h.nblocks);
 	table_sizes(h.nblocks, &bitmap, &crcs);
 	FUZZ_CHECK(h.present_off == BLOCK && h.crc_off == BLOCK + bitmap &&
 			   h.data_off == h.crc_off + crcs,
@@ -289,9 +289,9 @@ static void check_valid(const struct save_hdr *h0, size_t size)
 struct model {
 	size_t len;
 	char *exp;
-	uint8_t *bad;		/* (len / PAGE) */
-	uint8_t *none;		/* (len / PAGE) zeros: another buffer's bad */
-	int any_bad;		/* a block fails its CRC */
+	uint8_t *bad;  /* (len / PAGE) */
+	uint8_t *none; /* (len / PAGE) zeros: another buffer's bad */
+	int any_bad;   /* a block fails its CRC */
 };
 
 static void build_model(struct model *m, const struct save_hdr *h,
@@ -310,8 +310,8 @@ static void build_model(struct model *m, const struct save_hdr *h,
 	for (size_t k = 0; k < len / PAGE; k++) {
 		int any = 0;
 
-		for (size_t b = k * (PAGE / BLOCK); b < (k + 1) * (PAGE / BLOCK);
-		     b++) {
+		for (size_t b = k * (PAGE / BLOCK);
+		     b < (k + 1) * (PAGE / BLOCK); b++) {
 			const uint8_t *d = file + h->data_off + b * BLOCK;
 
 			if (b >= h->nblocks || !(present[b / 8] >> (b % 8) & 1))
@@ -334,8 +334,7 @@ static void free_model(struct model *m)
 }
 
 /* Before failing: what the library counted, what page k holds. */
-static void explain(const struct model *m, const char *base, size_t k,
-		    int bus)
+static void explain(const struct model *m, const char *base, size_t k, int bus)
 {
 	struct sb_stats st;
 
@@ -344,10 +343,10 @@ static void explain(const struct model *m, const char *base, size_t k,
 		(unsigned long long)st.pages_in,
 		(unsigned long long)st.io_errors,
 		(unsigned long long)st.sigbus);
-	for (size_t b = k * (PAGE / BLOCK); !bus && b < (k + 1) * (PAGE / BLOCK);
-	     b++)
-		fprintf(stderr, "block %zu: expected crc %08x, memory %08x\n", b,
-			sbi_crc32c(m->exp + b * BLOCK, BLOCK),
+	for (size_t b = k * (PAGE / BLOCK);
+	     !bus && b < (k + 1) * (PAGE / BLOCK); b++)
+		fprintf(stderr, "block %zu: expected crc %08x, memory %08x\n",
+			b, sbi_crc32c(m->exp + b * BLOCK, BLOCK),
 			sbi_crc32c(base + b * BLOCK, BLOCK));
 }
 
@@ -359,8 +358,8 @@ static void check_pages(struct sb_buf *buf, const struct model *m,
 	const char *base = sb_buf_addr(buf);
 	struct fuzz_bus_guard g;
 
-	FUZZ_CHECK(sb_buf_length(buf) == m->len, "%s: %zu bytes, not %zu",
-		   when, sb_buf_length(buf), m->len);
+	FUZZ_CHECK(sb_buf_length(buf) == m->len, "%s: %zu bytes, not %zu", when,
+		   sb_buf_length(buf), m->len);
 	/* Known bug "save-zero-fill": a fault message that reaches the
 	 * handler after a failed page-in poisoned the page (a touch while
 	 * the read was in flight) zero-fills it: the toucher reads zeros.
@@ -496,7 +495,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	unsigned flags = 0;
 
 	if (size > CAP)
-		return 0;	/* run.sh bounds -max_len well below */
+		return 0; /* run.sh bounds -max_len well below */
 	/* Known bug "save-strict": a restored SB_BUF_STRICT buffer raises
 	 * SIGBUS on its saved pages instead of reading them. */
 	if ((pick & 1) && !fuzz_masked("save-strict"))

@@ -8,8 +8,9 @@
  * the tokenizer file.
  *
  * The contract checked: both loaders agree; they fail with -EINVAL,
- * -EBADMSG or -ENOMEM and leave nothing to free, or every token decodes (after any previous token, BOS
- * included) to a NUL-terminated string, and ids out of range to "".
+ * -EBADMSG or -ENOMEM and leave nothing to free, or every token decodes (after
+ * any previous token, BOS included) to a NUL-terminated string, and ids out of
+ * range to "".
  */
 #include "fuzz.h"
 #include "../../runner/model.h"
@@ -24,8 +25,10 @@ static void check_decode(struct sbm_tokenizer *t)
 		/* strlen reads up to the NUL: ASan checks the piece. */
 		(void)(strlen(a) + strlen(b));
 		if (i < 0 || i >= t->vocab_size)
-			FUZZ_CHECK(!*a && !*b, "token %d is out of range but "
-				   "decodes to \"%s\"", i, a);
+			FUZZ_CHECK(!*a && !*b,
+				   "token %d is out of range but "
+				   "decodes to \"%s\"",
+				   i, a);
 	}
 }
 

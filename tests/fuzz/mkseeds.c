@@ -52,7 +52,8 @@ static void put_str(const char *name, const char *file, const char *s)
 	put(name, file, s, strlen(s));
 }
 
-/* ---- save files ------------------------------------------------------------ */
+/* ---- save files ------------------------------------------------------------
+ */
 
 /* Save pages of a buffer filled by pattern (NULL entries: holes) into the
  * corpus, through the library: the files are what sb_buf_save writes. */
@@ -122,11 +123,11 @@ static void save_seeds(void)
 	sb_pool_destroy(pool);
 }
 
-/* ---- llama2.c checkpoints and tokenizers ----------------------------------- */
+/* ---- llama2.c checkpoints and tokenizers -----------------------------------
+ */
 
 struct ckpt_cfg {
-	int dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size,
-		seq_len;
+	int dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len;
 };
 
 /* A checkpoint of the given geometry with small weights; vocab_size < 0
@@ -168,7 +169,9 @@ static void tokenizer_seed(const char *file, int vocab)
 
 		if (i < 3)
 			len = snprintf(piece, sizeof(piece), "%s",
-				       i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+				       i == 0	? "<unk>"
+				       : i == 1 ? "<s>"
+						: "</s>");
 		else if (i < 3 + 4)
 			len = snprintf(piece, sizeof(piece), "<0x%02X>",
 				       i * 37);
@@ -202,7 +205,8 @@ static void sampler_seed(const char *file, uint16_t vocab, float t, float p,
 	put("sampler", file, buf, n);
 }
 
-/* ---- flash headers ------------------------------------------------------------ */
+/* ---- flash headers
+ * ------------------------------------------------------------ */
 
 static void flash_seed(const char *file, uint32_t dim, uint32_t layers,
 		       uint32_t heads, uint32_t kv_heads, uint32_t hidden,
@@ -236,7 +240,7 @@ static void cli_seed(const char *file, int sel, int bounds, const char *text,
 	put("cli", file, buf, len + 2);
 }
 
-#define CLI(file, sel, bounds, text)                                         \
+#define CLI(file, sel, bounds, text)                                           \
 	cli_seed(file, sel, bounds, text, sizeof(text) - 1)
 
 int main(int argc, char **argv)
@@ -269,15 +273,19 @@ int main(int argc, char **argv)
 	flash_seed("tiny", 8, 1, 2, 2, 16, 8, 2);
 	flash_seed("gqa", 16, 2, 4, 2, 32, 10, 4);
 
-	put_str("env", "sizes", "SPARSEBUF_PAGE_SIZE=64K\nSPARSEBUF_HEAP_SIZE"
+	put_str("env", "sizes",
+		"SPARSEBUF_PAGE_SIZE=64K\nSPARSEBUF_HEAP_SIZE"
 		"=4MiB\nSPARSEBUF_MAX_BYTES=1G\n");
-	put_str("env", "all", "SPARSEBUF_PAGE_SIZE=4096\nSPARSEBUF_HEAP_SIZE"
+	put_str("env", "all",
+		"SPARSEBUF_PAGE_SIZE=4096\nSPARSEBUF_HEAP_SIZE"
 		"=1M\nSPARSEBUF_MAX_BYTES=0\nSPARSEBUF_NUMA_NODE=-1\n"
 		"SPARSEBUF_LOG=debug\nSPARSEBUF_FAULT_THREADS=2\n"
 		"SPARSEBUF_RECYCLE=0\nSPARSEBUF_PAGER=sync\n");
-	put_str("env", "bad", "SPARSEBUF_PAGE_SIZE=12K\nSPARSEBUF_LOG=7\n"
+	put_str("env", "bad",
+		"SPARSEBUF_PAGE_SIZE=12K\nSPARSEBUF_LOG=7\n"
 		"SPARSEBUF_NUMA_NODE=x\n");
-	put_str("env", "pool", "SPARSEBUF_PAGE_SIZE=8K\nSPARSEBUF_HEAP_SIZE="
+	put_str("env", "pool",
+		"SPARSEBUF_PAGE_SIZE=8K\nSPARSEBUF_HEAP_SIZE="
 		"64K\nSPARSEBUF_MAX_BYTES=16K\nSPARSEBUF_FAULT_THREADS=1\n"
 		"pool\n");
 
@@ -291,7 +299,8 @@ int main(int argc, char **argv)
 	CLI("choice", 4, 0, "sparse");
 	CLI("list", 5, 2, "1,2,3");
 	CLI("names", 6, 0, "dense,f16");
-	CLI("walk", 7, 0, "model.bin\0-n\000256\0--kv=dense\0-t0.8\0--ids\0"
+	CLI("walk", 7, 0,
+	    "model.bin\0-n\000256\0--kv=dense\0-t0.8\0--ids\0"
 	    "--seed\00042\0--budget=1G\0--prompt-ids\0001,2\0--modes\0"
 	    "f32,bf16\0--\0-x");
 	CLI("walk-bad", 7, 0, "--bogus");
