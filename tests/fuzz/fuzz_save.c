@@ -14,7 +14,9 @@
  *            the file extended to the length the header declares when
  *            that is at most CAP (with zeros, or for some inputs a hole,
  *            which the reader must refuse where the tables are): the
- *            mutations reach everything behind the checksums.
+ *            mutations reach everything behind the checksums;
+ *   hostile  a fixed header declaring more than CAP, up to 16 TiB, the
+ *            file a hole past the input: refused, or cheap (defect 9).
  *
  * The contract checked, per restore:
  *   - it fails with a documented -errno (-EBADMSG for a bad file; -ENOMEM
@@ -210,24 +212,26 @@ static uint32_t file_crc(uint64_t off, uint64_t len, uint64_t size)
 
 /*
  * Recompute the checksums over the mutated bytes of the file: block CRCs
- * (when fix_blocks) of the present blocks that lie in the file, the
- * tables' CRC, the header's. The file is file[0, size), extended with
- * zeros (a sparse file's holes) to the end the header declares when that
- * is at most CAP. Returns the file's new size.
+ * (when fix_blocks) of the present blocks, the tables' CRC when the
+ * tables lie in the file, the header's. The file is file[0, size),
+ * extended with zeros to the end the header declares when that is at
+ * most CAP (blocks past the end are taken as zeros too: try_hostile
+ * makes them a hole). Returns the file's new size.
  */
 static size_t fix_up(size_t size, int fix_blocks)
 {
+	static const char zeros[BLOCK];
 	struct save_hdr h;
 	uint64_t bitmap, crcs, end = size;
 
 	memcpy(&h, file, sizeof(h));
-	if (h.nblocks <= CAP / BLOCK) {
+	if (h.nblocks <= ((uint64_t)1 << 32)) {
 		table_sizes(h.nblocks, &bitmap, &crcs);
 		if (h.data_off <= CAP && h.length <= CAP &&
 		    h.data_off + h.length > end &&
 		    h.data_off + h.length <= file_cap)
 			end = h.data_off + h.length;
-		if (fix_blocks && BLOCK + bitmap + crcs <= end) {
+		if (BLOCK + bitmap + crcs <= end && fix_blocks) {
 			uint8_t *present = file + BLOCK;
 			uint8_t *crc = file + BLOCK + bitmap;
 
@@ -236,7 +240,11 @@ static size_t fix_up(size_t size, int fix_blocks)
 
 				if (present[b / 8] >> (b % 8) & 1)
 					fuzz_put32(crc + b * 4,
-						   file_crc(at, BLOCK, end));
+						   at + BLOCK <= end
+							   ? file_crc(at, BLOCK,
+								      end)
+							   : sbi_crc32c(zeros,
+									BLOCK));
 			}
 		}
 		if (BLOCK + bitmap + crcs <= end)
@@ -498,6 +506,60 @@ static void try_restore(size_t size, size_t in, unsigned flags, uint32_t pick)
 		   fuzz_fds_on(dir), dir);
 }
 
+/*
+ * A fixed-up header declaring more than CAP (up to 2^44 bytes): the file
+ * made that long with a hole after the input, as a hostile file would be.
+ * The reader must refuse it or take work and memory in proportion to what
+ * the file holds (issue 10, defect 9: a terabyte declared cost 27 s and
+ * 2 GiB; libFuzzer's -timeout and -rss_limit_mb bound both here).
+ * Accepted, its tables lie in the input's bytes and the buffer has the
+ * declared length; its first and last pages are touched (SIGBUS or not:
+ * what matters is that it ends).
+ */
+static void try_hostile(size_t size, unsigned flags)
+{
+	struct fuzz_bus_guard g;
+	uint64_t bitmap, crcs, end;
+	struct sb_buf *buf;
+	struct save_hdr h;
+	char why[512];
+	int err = 0;
+
+	memcpy(&h, file, sizeof(h));
+	end = h.data_off + h.length;
+	if (h.length <= CAP || end < h.length || end > ((uint64_t)1 << 44))
+		return;
+	write_file(in_path, file, size, end);
+	buf = sb_buf_restore(pool, in_path, flags, &err);
+	if (!buf) {
+		FUZZ_CHECK(err == -EBADMSG || err == -ENOMEM,
+			   "sb_buf_restore failed with %d (%s)", err,
+			   strerror(-err));
+	} else {
+		const char *base = sb_buf_addr(buf);
+		size_t len = sb_buf_length(buf);
+
+		table_sizes(h.nblocks, &bitmap, &crcs);
+		FUZZ_CHECK(h.nblocks == h.length / BLOCK &&
+				   BLOCK + bitmap + crcs <= size,
+			   "accepted %llu blocks whose tables are not all in "
+			   "the file's %zu bytes",
+			   (unsigned long long)h.nblocks, size);
+		FUZZ_CHECK(len == (h.length + PAGE - 1) / PAGE * PAGE,
+			   "buffer of %zu bytes for a declared %llu", len,
+			   (unsigned long long)h.length);
+		fuzz_bus_guard_on(&g);
+		fuzz_touch(base);
+		fuzz_touch(base + len - PAGE);
+		fuzz_bus_guard_off(&g);
+		sb_buf_destroy(buf);
+	}
+	FUZZ_CHECK(sbi_pool_verify(pool, why, sizeof(why)) == 0, "pool: %s",
+		   why);
+	FUZZ_CHECK(fuzz_fds_on(dir) == 0, "%d descriptors left open in %s",
+		   fuzz_fds_on(dir), dir);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	/* Choices that are not part of the file: from its checksum, so an
@@ -520,6 +582,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		memcpy(file, data, size);
 		memset(file + size, 0, file_cap - size);
 		try_restore(fix_up(size, (pick & 12) != 0), size, flags, pick);
+		try_hostile(size, flags);
 	}
 	return 0;
 }

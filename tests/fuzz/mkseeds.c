@@ -7,7 +7,8 @@
  * gets past the first checks.
  *
  *   save        sb_buf_save files of a few pages (needs userfaultfd; the
- *               save seeds are kept as they are without it)
+ *               save seeds are kept as they are without it), and the
+ *               header and tables of an 8 MiB file whose data is a hole
  *   checkpoint  handmade llama2.c checkpoints: tiny (a few KiB) with
  *               shared and separate classifiers, and a header alone
  *   tokenizer   a vocabulary count, then a llama2.c tokenizer file
@@ -121,6 +122,59 @@ static void save_seeds(void)
 	save_seed(pool, 4096, "1block", "z");
 	save_seed(pool, 4096, "holes", "....q...");
 	sb_pool_destroy(pool);
+}
+
+/* A save file's header and tables for nblocks blocks, every block present
+ * with the CRC of zeros, and no data: the data is what the harness makes
+ * a hole (a hostile file declaring more than it holds). Built here, not by
+ * the library, which writes only what it has. */
+uint32_t sbi_crc32c(const void *p, size_t len);
+
+static void hostile_seed(const char *file, uint64_t nblocks)
+{
+	static const char zeros[4096];
+	uint64_t bitmap = (nblocks + 63) / 64 * 8, crcs = nblocks * 4;
+	size_t len;
+	char *p;
+	struct {
+		char magic[8];
+		uint32_t version, block;
+		uint64_t length, nblocks, present_off, crc_off, data_off;
+		uint32_t tables_crc, header_crc;
+	} h;
+
+	memset(&h, 0, sizeof(h));
+	memcpy(h.magic, "SBSAVE01", 8);
+	h.version = 1;
+	h.block = 4096;
+	bitmap = (bitmap + 4095) & ~(uint64_t)4095;
+	crcs = (crcs + 4095) & ~(uint64_t)4095;
+	len = (size_t)(4096 + bitmap + crcs);
+	p = calloc(1, len);
+	if (!p)
+		exit(1);
+	memset(p + 4096, 0xff, (size_t)(nblocks / 8));
+	for (uint64_t b = 0; b < nblocks; b++) {
+		uint32_t c = sbi_crc32c(zeros, sizeof(zeros));
+
+		memcpy(p + 4096 + bitmap + b * 4, &c, 4);
+	}
+	h.length = nblocks * 4096;
+	h.nblocks = nblocks;
+	h.present_off = 4096;
+	h.crc_off = 4096 + bitmap;
+	h.data_off = 4096 + bitmap + crcs;
+	h.tables_crc = sbi_crc32c(p + 4096, (size_t)(bitmap + crcs));
+	h.header_crc = sbi_crc32c(&h, sizeof(h));
+	memcpy(p, &h, sizeof(h));
+	put("save", file, p, len);
+	free(p);
+}
+
+static void hostile_seeds(void)
+{
+	/* 8 MiB declared, its tables in the file, its data a hole. */
+	hostile_seed("hole-8m", 2048);
 }
 
 /* ---- llama2.c checkpoints and tokenizers -----------------------------------
@@ -252,6 +306,7 @@ int main(int argc, char **argv)
 	dir = argv[1];
 	mkdir(dir, 0755);
 	save_seeds();
+	hostile_seeds();
 
 	ckpt_seed("tiny-shared", (struct ckpt_cfg){8, 16, 1, 2, 2, 8, 4});
 	ckpt_seed("tiny-gqa-cls", (struct ckpt_cfg){8, 12, 2, 2, 1, -6, 3});
