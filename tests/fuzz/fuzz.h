@@ -196,16 +196,36 @@ static inline void fuzz_bus_guard_off(struct fuzz_bus_guard *g)
 	sigaction(SIGBUS, &g->old, NULL);
 }
 
-/* Read the byte at p (guard on): 1 if it raised SIGBUS, else 0. Not
- * inlined: the jump back lands in a frame that holds nothing else. */
-static __attribute__((noinline, unused)) int fuzz_touch(const volatile char *p)
+/* Read the byte at p into *v (guard on): 1 if it raised SIGBUS, else 0.
+ * Not inlined: the jump back lands in a frame that holds nothing else. */
+static __attribute__((noinline, unused)) int fuzz_read(const volatile char *p,
+						       char *v)
 {
 	if (sigsetjmp(fuzz_bus_jmp, 1))
 		return 1;
 	fuzz_bus_armed = 1;
-	(void)*p;
+	*v = *p;
 	fuzz_bus_armed = 0;
 	return 0;
+}
+
+/* Write v at p (guard on): 1 if it raised SIGBUS, else 0. */
+static __attribute__((noinline, unused)) int fuzz_write(volatile char *p,
+							char v)
+{
+	if (sigsetjmp(fuzz_bus_jmp, 1))
+		return 1;
+	fuzz_bus_armed = 1;
+	*p = v;
+	fuzz_bus_armed = 0;
+	return 0;
+}
+
+static inline int fuzz_touch(const volatile char *p)
+{
+	char v;
+
+	return fuzz_read(p, &v);
 }
 
 /* Little-endian field access in a byte string (inputs are not aligned). */

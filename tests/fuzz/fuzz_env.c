@@ -7,7 +7,8 @@
  * Input: lines "SPARSEBUF_NAME=VALUE" (any of the variables but
  * SPARSEBUF_SPILL_DIR, which would have the fuzzer create files in
  * whatever directory it names); a line "pool" also creates a pool from
- * the result, places and touches a few pages, and destroys it.
+ * the result, writes a few pages, evicts them and reads them back (with
+ * the pager and recycling chosen), and destroys it.
  *
  * The constructor is static and runs once per process, so this file
  * includes lib/config.c itself (its object is then not taken from the
@@ -107,13 +108,25 @@ static void use_pool(void)
 	b = sb_buf_create(p, 4 * o.page_size, 0, &err);
 	if (b) {
 		struct fuzz_bus_guard g;
-		char *a = sb_buf_addr(b);
+		char *a = sb_buf_addr(b), v;
+		int wrote[4] = {0};
 
 		sb_buf_map(b, 0, o.page_size);
 		fuzz_bus_guard_on(&g);
 		/* A budget below a page or two: SIGBUS is the answer. */
 		for (size_t i = 0; i < 4; i++)
-			fuzz_touch(a + i * o.page_size);
+			wrote[i] =
+				!fuzz_write(a + i * o.page_size, (char)(i + 1));
+		/* Out to the spill file and back, with the pager and the
+		 * recycling the environment chose: the same bytes, or (no
+		 * room to read a page back in) SIGBUS. */
+		sb_buf_evict(b, 0, 4 * o.page_size);
+		for (size_t i = 0; i < 4; i++)
+			if (wrote[i] && !fuzz_read(a + i * o.page_size, &v))
+				FUZZ_CHECK(v == (char)(i + 1),
+					   "page %zu reads %d after eviction, "
+					   "not %d",
+					   i, v, (int)(i + 1));
 		fuzz_bus_guard_off(&g);
 		sb_buf_destroy(b);
 	}
