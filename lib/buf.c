@@ -390,8 +390,10 @@ long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 	}
 
 	for (size_t sg = 0, got = 0; sg < nsegs; got += segs[sg++].n) {
+		/* A prefetch served in the background (!wait) is advice:
+		 * at the budget it does not wait for busy buffers. */
 		r = sbi_alloc(pool, buf, segs[sg].pid, segs[sg].n, pids + got,
-			      0, NULL, false);
+			      wait ? 0 : SBI_ALLOC_NOWAIT, NULL, false);
 		if (r < 0) {
 			n = got;	/* what to give back */
 			goto out_put;

@@ -69,3 +69,59 @@ uint32_t sbi_crc32c_sw(const void *p, size_t len)
 {
 	return ~crc_table(~0u, p, len);
 }
+
+uint32_t sbi_crc32c_update(uint32_t crc, const void *p, size_t len)
+{
+	return ~impl(~crc, p, len);
+}
+
+/*
+ * Zero bytes: the register's update is linear, so len zero bytes are one
+ * 32x32 matrix over GF(2), the one-bit step raised to the power 8 * len,
+ * computed by repeated squaring (as zlib's crc32_combine does): a
+ * terabyte of holes costs about 40 squarings, not a terabyte of reads.
+ */
+static uint32_t gf2_times(const uint32_t *mat, uint32_t vec)
+{
+	uint32_t sum = 0;
+
+	for (int i = 0; vec; vec >>= 1, i++)
+		if (vec & 1)
+			sum ^= mat[i];
+	return sum;
+}
+
+static void gf2_square(uint32_t *sq, const uint32_t *mat)
+{
+	for (int n = 0; n < 32; n++)
+		sq[n] = gf2_times(mat, mat[n]);
+}
+
+uint32_t sbi_crc32c_zeros(uint32_t crc, uint64_t len)
+{
+	uint32_t even[32], odd[32], reg = ~crc;
+
+	if (!len)
+		return crc;
+	/* odd: one zero bit (shift right, reduce by the polynomial). */
+	odd[0] = 0x82f63b78u;
+	for (int n = 1; n < 32; n++)
+		odd[n] = 1u << (n - 1);
+	gf2_square(even, odd);	/* two bits */
+	gf2_square(odd, even);	/* four bits */
+	for (;;) {
+		gf2_square(even, odd);	/* 8, 32, ... bits: 1, 4, ... bytes */
+		if (len & 1)
+			reg = gf2_times(even, reg);
+		len >>= 1;
+		if (!len)
+			break;
+		gf2_square(odd, even);	/* 2, 8, ... bytes */
+		if (len & 1)
+			reg = gf2_times(odd, reg);
+		len >>= 1;
+		if (!len)
+			break;
+	}
+	return ~reg;
+}

@@ -327,11 +327,24 @@ struct cand {
 	sbi_pid pid;
 };
 
-static int cmp_cand(const void *a, const void *b)
+/* By address, in place: qsort may malloc (glibc does above 1 KiB), and
+ * this runs on the fault path. Shell sort: at most MAX_CAND entries. */
+static void sort_cands(struct cand *c, size_t n)
 {
-	const struct cand *x = a, *y = b;
+	static const size_t gaps[] = {57, 23, 10, 4, 1};
 
-	return x->addr < y->addr ? -1 : x->addr > y->addr;
+	for (size_t g = 0; g < sizeof(gaps) / sizeof(gaps[0]); g++) {
+		size_t gap = gaps[g];
+
+		for (size_t i = gap; i < n; i++) {
+			struct cand t = c[i];
+			size_t j = i;
+
+			for (; j >= gap && c[j - gap].addr > t.addr; j -= gap)
+				c[j] = c[j - gap];
+			c[j] = t;
+		}
+	}
 }
 
 /* Up to want pages the clock would take; pool->lock held. Each is taken
@@ -451,7 +464,7 @@ static void evict_cold(struct sb_pool *pool, size_t want, struct sb_buf *held,
 	rd->picked = n;
 	if (!n)
 		return;
-	qsort(c, n, sizeof(c[0]), cmp_cand);
+	sort_cands(c, n);
 	if (!reg_held)
 		pthread_rwlock_rdlock(&pool->reg_lock);
 	for (size_t k = 0; k < n;) {
@@ -596,8 +609,9 @@ int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 			stalled_since = 0;
 			continue;
 		}
-		if (rd.failed)
-			return -ENOMEM;	/* the spill file takes no more */
+		if (rd.failed || (flags & SBI_ALLOC_NOWAIT))
+			return -ENOMEM;	/* the spill file takes no more, or
+					 * nobody waits for this page */
 		/* Nothing went out here. Pages another thread evicted since
 		 * our try (room under the budget now), pages being evicted
 		 * by another thread, candidates of a buffer busy for a

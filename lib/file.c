@@ -26,8 +26,7 @@ void sbi_src_free(struct sbi_src *src)
 		return;
 	if (src->fd >= 0)
 		close(src->fd);
-	free(src->crc);
-	free(src->present);
+	sbi_meta_free(src->tables, src->tables_len);
 	free(src);
 }
 
@@ -40,26 +39,43 @@ int sbi_file_kind(const struct stat *st, bool allow_blk)
 
 int sbi_file_open_input(const char *path, bool allow_blk, struct stat *st)
 {
-	/* O_NONBLOCK: opening a FIFO for reading waits for a writer; with it
-	 * the open returns at once and the type check refuses it. */
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	int r;
+	/* O_PATH: look at what the path names without opening it, which has
+	 * effects of its own (a FIFO's open waits for a writer, or releases
+	 * one; a device's driver runs). Only a regular file or a block
+	 * device is then opened, and the very inode that was checked. */
+	int pfd = open(path, O_PATH | O_CLOEXEC), fd, r;
+	char proc[64];
+	struct stat again;
 
-	if (fd < 0)
+	if (pfd < 0)
 		return -errno;
-	if (fstat(fd, st) < 0) {
+	if (fstat(pfd, st) < 0) {
 		r = -errno;
-		close(fd);
+		close(pfd);
 		return r;
 	}
 	r = sbi_file_kind(st, allow_blk);
-	if (r == 0 && fcntl(fd, F_SETFL, 0) < 0)
-		r = -errno;	/* reads block normally from here on */
 	if (r < 0) {
-		close(fd);
+		close(pfd);
 		return r;
 	}
-	return fd;
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", pfd);
+	fd = open(proc, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0 && errno == ENOENT) {
+		/* No /proc: by name again, and it must be the same file. */
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+		if (fd >= 0 &&
+		    (fstat(fd, &again) < 0 || again.st_dev != st->st_dev ||
+		     again.st_ino != st->st_ino ||
+		     fcntl(fd, F_SETFL, 0) < 0)) {
+			close(fd);
+			close(pfd);
+			return -EAGAIN;	/* replaced meanwhile */
+		}
+	}
+	r = fd < 0 ? -errno : fd;
+	close(pfd);
+	return r;
 }
 
 int sbi_file_reopen_direct(int fd, int flags)

@@ -33,6 +33,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #define SB_API __attribute__((visibility("default")))
@@ -85,6 +86,8 @@ const struct sb_features *sbi_features(void);
  * (a subset of what the kernel offers). Returns the fd or -errno. */
 int sbi_uffd_open(uint64_t features);
 long sbi_map_count(void);
+/* vm.max_map_count, read now (no probe: safe on the fault path). */
+long sbi_max_map_count(void);
 
 /* ---- meta.c: library metadata memory (mmap, never malloc) -----------------*/
 
@@ -301,6 +304,11 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 #define SBI_ALLOC_OVERWRITE (1u << 0)
 #define SBI_ALLOC_NOSPIN (1u << 1)
 #define SBI_ALLOC_PAGEIN (SBI_ALLOC_OVERWRITE | SBI_ALLOC_NOSPIN)
+/* NOWAIT (sbi_alloc): at the budget, one round of eviction, then give up
+ * rather than wait for busy buffers: for reads nobody waits for (read
+ * ahead, prefetch without WAIT), which must not hold their buffer's lock
+ * while another buffer is busy. */
+#define SBI_ALLOC_NOWAIT (1u << 2)
 /* Add / drop one reference to each page. These take page-table form (pid
  * + 1, entries of 0 skipped). A page whose last reference goes returns to
  * the pool. */
@@ -413,6 +421,8 @@ struct sbi_src {
 	size_t nblocks;		/* save: 4 KiB blocks */
 	uint32_t *crc;		/* save: per block */
 	uint64_t *present;	/* save: bitmap, 0 = hole (zeros) */
+	void *tables;		/* save: both, in sbi_meta memory */
+	size_t tables_len;
 };
 
 struct sb_buf {
@@ -539,6 +549,10 @@ void sbi_fault_stop(struct sb_pool *pool);
 /* ---- crc32c.c --------------------------------------------------------------*/
 
 uint32_t sbi_crc32c(const void *p, size_t len);
+/* The CRC-32C of what crc covered followed by p[0..len) (crc 0: nothing
+ * before), and followed by len zero bytes, in O(log len). */
+uint32_t sbi_crc32c_update(uint32_t crc, const void *p, size_t len);
+uint32_t sbi_crc32c_zeros(uint32_t crc, uint64_t len);
 uint32_t sbi_crc32c_sw(const void *p, size_t len);	/* the table (tests) */
 
 /* ---- io.c: the disk tier's I/O engine ---------------------------------------*/
@@ -638,11 +652,14 @@ void sbi_spill_set_crc(struct sbi_disk *d, uint32_t slot, uint32_t crc);
 uint32_t sbi_spill_crc(struct sbi_disk *d, uint32_t slot);
 
 /* Page-ins (pagein.c). Start reading buffer page idx (DISK, not in flight)
- * into a new pool page; buf->lock held; held_buf is what the caller holds
- * (for eviction). The request goes to *out (submitted by the caller with
- * sbi_io_submit). Returns 0 or -errno (the page is then left as it was). */
+ * into a new pool page; buf->lock held (so is reg_lock when reg_held). The
+ * request goes to *out (submitted by the caller with sbi_io_submit).
+ * ahead: read ahead of a touch (no test failure injected); nowait: nobody
+ * waits for this read (read ahead, prefetch without WAIT), so at the budget
+ * it does not wait for busy buffers (SBI_ALLOC_NOWAIT). Returns 0 or
+ * -errno (the page is then left as it was). */
 int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
-		     bool reg_held, bool ahead);
+		     bool reg_held, bool ahead, bool nowait);
 /* Fault on a DISK page: start its read (and readahead), or just wait for
  * the read in flight. buf->lock and reg_lock held. */
 void sbi_pagein_fault(struct sb_buf *buf, size_t idx);
@@ -674,14 +691,15 @@ long sbi_evict_locked(struct sb_buf *buf, size_t first, size_t end);
 void sbi_pte_release(struct sb_buf *buf, uint64_t pte);
 
 /* Files (file.c). */
-struct stat;
 /* 0 if st is a regular file (or, with allow_blk, a block device), else
  * -EISDIR for a directory, -ENODEV for anything else (FIFO, socket,
  * character device). */
 int sbi_file_kind(const struct stat *st, bool allow_blk);
-/* Open path read-only without blocking (a FIFO's open would wait for a
- * writer) and accept only what sbi_file_kind accepts; st receives its
- * fstat. Returns the descriptor (blocking reads) or -errno. */
+/* Open path read-only, but only if it is what sbi_file_kind accepts: it
+ * is looked at first (O_PATH) and never opened otherwise (a FIFO's open
+ * would wait for a writer, a device's driver would run). st receives its
+ * fstat. Returns the descriptor or -errno (-EAGAIN: without /proc, the
+ * path named another file by the time it was opened). */
 int sbi_file_open_input(const char *path, bool allow_blk, struct stat *st);
 /* A new O_DIRECT description of fd's own file (through /proc/self/fd),
  * or -1. */
@@ -692,6 +710,23 @@ int sbi_file_size(int fd, const struct stat *st, uint64_t *size);
  * end of the file: -EBADMSG). */
 int sbi_file_write_all(int fd, const void *p, size_t n, uint64_t off);
 int sbi_file_read_all(int fd, void *p, size_t n, uint64_t off);
+
+/* Replacing a file atomically (replace.c). begin: resolve path (refusing
+ * what is not a regular file) and open a new, unnamed file in its
+ * directory (fd: read-write). commit: swap it in. end: close, and remove
+ * the new file unless it was committed. Each returns 0 or -errno. */
+struct sbi_replace {
+	int dirfd;		/* the target's directory (O_PATH) */
+	char name[256];		/* the target's last component */
+	char tmp[32];		/* the new file's temporary name, if it has one */
+	bool named;		/* tmp names the new file */
+	bool existed;		/* a regular file was there ... */
+	struct stat old;	/* ... this one */
+	int fd;
+};
+int sbi_replace_begin(struct sbi_replace *r, const char *path);
+int sbi_replace_commit(struct sbi_replace *r);
+void sbi_replace_end(struct sbi_replace *r);
 
 /* Read the data of a DISK page (not in flight) into mem (ps bytes, aligned)
  * synchronously and check it: save. 0 or -EIO. */

@@ -278,7 +278,7 @@ static bool pagein_done(struct sbi_io *io)
 /* ---- starting page-ins ---------------------------------------------------------- */
 
 int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
-		     bool reg_held, bool ahead)
+		     bool reg_held, bool ahead, bool nowait)
 {
 	struct sb_pool *pool = buf->pool;
 	struct sbi_disk *d = pool->disk;
@@ -291,7 +291,8 @@ int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
 	io = sbi_io_get(d->io);
 	if (!io)
 		return -ENOMEM;
-	r = sbi_alloc(pool, buf, hint, 1, &pid, SBI_ALLOC_PAGEIN, buf,
+	r = sbi_alloc(pool, buf, hint, 1, &pid,
+		      SBI_ALLOC_PAGEIN | (nowait ? SBI_ALLOC_NOWAIT : 0), buf,
 		      reg_held);
 	if (r < 0) {
 		sbi_io_put(d->io, io);
@@ -354,7 +355,7 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 
 		if (!wants_read(buf->pte[j]))
 			continue;
-		r = sbi_pagein_start(buf, j, &ios[n], true, j != idx);
+		r = sbi_pagein_start(buf, j, &ios[n], true, j != idx, j != idx);
 		if (r < 0) {
 			if (j == idx) {
 				/* The touched page cannot be read in:
@@ -418,7 +419,8 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 		for (size_t i = sp[k].first; i < sp[k].end; i++) {
 			if (!wants_read(buf->pte[i]))
 				continue;
-			r = sbi_pagein_start(buf, i, &ios[n], true, false);
+			r = sbi_pagein_start(buf, i, &ios[n], true, false,
+					     !wait);
 			if (r < 0)
 				break;
 			queued++;

@@ -145,9 +145,13 @@ SB_API long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
 		r = sbi_pagein_spans(buf, sp, nsp,
 				     flags & SB_PREFETCH_WAIT);
 		free(sp);
-		if (r < 0)
+		/* Without WAIT a read that cannot be had now (the budget,
+		 * busy buffers) is dropped, as a full queue drops requests:
+		 * prefetch is advice. */
+		if (r < 0 && (flags & SB_PREFETCH_WAIT))
 			return r;
-		queued += r;
+		if (r > 0)
+			queued += r;
 	}
 	for (size_t i = 0; i < n; i++) {
 		struct sbi_span sp;

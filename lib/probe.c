@@ -27,19 +27,20 @@
 #endif
 
 /*
- * The probe fills `features`, one of two slots, and publishes it through
- * `current`. A probe that failed for want of a resource (EMFILE, ENFILE,
- * ENOMEM: the process, not the kernel, was short) is not the answer for
- * good: the next call probes again, into the other slot, so that a
+ * The probe fills `features` under probe_lock. An answer for good is
+ * copied once into `published` and never written again. A probe that
+ * failed for want of a resource (EMFILE, ENFILE, ENOMEM: the process, not
+ * the kernel, was short) is not the answer for good: its result goes to
+ * the calling thread's own copy, and the next call probes again, so that a
  * program whose first pool failed at its descriptor limit gets pools once
- * descriptors are back.
+ * descriptors are back. No reader ever sees a struct being written.
  */
-static struct sb_features slots[2];
-static struct sb_features *_Atomic current;
 static struct sb_features features;	/* the probe's scratch */
+static struct sb_features published;	/* the answer, once final */
+static __thread struct sb_features transient_copy;
 static bool transient;			/* the probe met a shortage */
 static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic bool final_flag;		/* the answer is for good */
+static _Atomic bool final_flag;		/* published holds the answer */
 
 static void note_error(int e)
 {
@@ -268,30 +269,34 @@ static void probe(void)
 
 const struct sb_features *sbi_features(void)
 {
-	struct sb_features *f;
+	const struct sb_features *f = &published;
 
 	if (atomic_load_explicit(&final_flag, memory_order_acquire))
-		return atomic_load_explicit(&current, memory_order_relaxed);
+		return f;
 	pthread_mutex_lock(&probe_lock);
 	if (!atomic_load_explicit(&final_flag, memory_order_relaxed)) {
-		f = atomic_load_explicit(&current, memory_order_relaxed);
-		f = f == &slots[0] ? &slots[1] : &slots[0];
 		memset(&features, 0, sizeof(features));
 		transient = false;
 		probe();
-		*f = features;
-		atomic_store_explicit(&current, f, memory_order_release);
-		if (transient)
+		if (transient) {
+			transient_copy = features;
+			f = &transient_copy;
 			sbi_debug("feature probe short of a resource (%s): "
 				  "probing again at the next call",
 				  strerror(-features.uffd_error));
-		else
+		} else {
+			published = features;
 			atomic_store_explicit(&final_flag, true,
 					      memory_order_release);
+		}
 	}
-	f = atomic_load_explicit(&current, memory_order_relaxed);
 	pthread_mutex_unlock(&probe_lock);
 	return f;
+}
+
+long sbi_max_map_count(void)
+{
+	return read_long("/proc/sys/vm/max_map_count");
 }
 
 SB_API int sb_features_get(struct sb_features *f)

@@ -17,35 +17,30 @@
  * Checksums are per 4 KiB block, so a file saved with one page size can be
  * restored into a pool with another.
  *
- * A save is atomic: it writes an unnamed file (O_TMPFILE) in the
- * destination's directory, makes it durable (data, then tables and
- * header), gives it a temporary name and renames that over the
- * destination. Whatever happens before the rename (an error, a full disk,
+ * A save is atomic (replace.c): the new file is written unnamed beside the
+ * destination, made durable (data, then tables and header), and swapped
+ * in by one rename. Whatever happens before (an error, a full disk,
  * kill -9) leaves the previous file as it was and nothing else behind; a
  * buffer restored from the previous file keeps reading it (its descriptor
  * holds the old inode), so "restore, continue, save to the same path"
- * loses nothing. A destination that exists and is not a regular file is
- * refused, never replaced. Where the file system has no O_TMPFILE, the
- * file is made under a temporary name from the start (".NAME.sbsave-*"),
- * which a kill -9 can leave behind.
+ * loses nothing. A destination that is not a regular file is refused,
+ * never replaced.
  *
  * Restoring trusts nothing in the file: the header is checked field by
- * field, the tables must be really held by the file (no holes: a sparse
- * file of a few KiB declaring a terabyte is refused at once, with
- * -EBADMSG, instead of costing a terabyte's worth of table reads), and
- * every block is checked against its CRC when it is read.
+ * field; the tables are read only where the file holds data (its holes
+ * read as zeros, their CRC computed without reading them), into memory
+ * that costs nothing until written, so a sparse file of a few KiB that
+ * declares a terabyte costs what it holds, and a save file copied sparsely
+ * restores as it was; every block is checked against its CRC when read.
  */
 #include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define SAVE_MAGIC "SBSAVE01"
@@ -78,143 +73,6 @@ static struct sb_buf *fail(int *err, int e)
 	if (err)
 		*err = e;
 	return NULL;
-}
-
-/* ---- the file a save writes --------------------------------------------------- */
-
-struct target {
-	char path[PATH_MAX];	/* where the save goes (symlinks resolved) */
-	char dir[PATH_MAX];
-	char tmp[PATH_MAX];	/* a temporary name, when it has one */
-	bool named;		/* tmp names the file (no O_TMPFILE) */
-	int fd;			/* buffered: tables and header */
-	int data_fd;		/* O_DIRECT when possible, else fd */
-};
-
-/* Where the save goes: path, or the file a symlink at path names. A path
- * that names something other than a regular file is refused. */
-static int target_resolve(struct target *t, const char *path)
-{
-	struct stat st;
-	char copy[PATH_MAX];
-
-	if (strlen(path) >= sizeof(t->path))
-		return -ENAMETOOLONG;
-	if (stat(path, &st) == 0) {
-		int r = sbi_file_kind(&st, false);
-
-		if (r < 0)
-			return r;
-		if (!realpath(path, t->path))
-			return -errno;
-	} else if (errno == ENOENT) {
-		/* A dangling symlink is not ours to replace. */
-		if (lstat(path, &st) == 0)
-			return -ENOENT;
-		snprintf(t->path, sizeof(t->path), "%s", path);
-	} else {
-		return -errno;
-	}
-	snprintf(copy, sizeof(copy), "%s", t->path);
-	snprintf(t->dir, sizeof(t->dir), "%s", dirname(copy));
-	return 0;
-}
-
-/* A name for the new file beside the target: ".NAME.sbsave-XXXXXX". */
-static int temp_name(struct target *t)
-{
-	char copy[PATH_MAX];
-	const char *base;
-
-	snprintf(copy, sizeof(copy), "%s", t->path);
-	base = basename(copy);
-	if (snprintf(t->tmp, sizeof(t->tmp), "%s/.%s.sbsave-XXXXXX", t->dir,
-		     base) >= (int)sizeof(t->tmp))
-		return -ENAMETOOLONG;
-	return 0;
-}
-
-static int target_create(struct target *t)
-{
-	int r;
-
-	t->fd = open(t->dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
-	if (t->fd < 0) {
-		if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
-			return -errno;
-		/* No O_TMPFILE here: a named temporary file. */
-		r = temp_name(t);
-		if (r < 0)
-			return r;
-		t->fd = mkostemp(t->tmp, O_CLOEXEC);
-		if (t->fd < 0)
-			return -errno;
-		t->named = true;
-		if (fchmod(t->fd, 0644) < 0) {
-			/* Keep the 0600 mkostemp gave. */
-		}
-	}
-	t->data_fd = sbi_file_reopen_direct(t->fd, O_WRONLY);
-	if (t->data_fd < 0)
-		t->data_fd = t->fd;
-	return 0;
-}
-
-static unsigned long unique_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long)ts.tv_nsec ^ ((unsigned long)getpid() << 8);
-}
-
-/* Give the finished, durable file the target's name: a temporary name
- * first (a file made with O_TMPFILE has none, and linkat cannot replace
- * one), then rename over the target. */
-static int target_publish(struct target *t)
-{
-	char proc[64];
-	int dfd, r = 0;
-
-	if (!t->named) {
-		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", t->fd);
-		for (int tries = 0;; tries++) {
-			r = temp_name(t);
-			if (r < 0)
-				return r;
-			/* mkostemp's pattern, filled without creating. */
-			snprintf(t->tmp + strlen(t->tmp) - 6, 7, "%06lx",
-				 (unique_ns() + (unsigned long)tries) &
-					 0xffffff);
-			if (linkat(AT_FDCWD, proc, AT_FDCWD, t->tmp,
-				   AT_SYMLINK_FOLLOW) == 0)
-				break;
-			if (errno != EEXIST || tries == 100)
-				return -errno;
-		}
-		t->named = true;
-	}
-	if (rename(t->tmp, t->path) < 0)
-		return -errno;
-	t->named = false;	/* it is the target now: not ours to remove */
-	/* The rename itself is durable once the directory is. */
-	dfd = open(t->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		if (fsync(dfd) < 0)
-			r = 0;	/* the data is safe; the name may lag */
-		close(dfd);
-	}
-	return r;
-}
-
-static void target_close(struct target *t)
-{
-	if (t->data_fd >= 0 && t->data_fd != t->fd)
-		close(t->data_fd);
-	if (t->fd >= 0)
-		close(t->fd);
-	if (t->named)
-		unlink(t->tmp);	/* our own temporary file, never the target */
 }
 
 /* ---- save ----------------------------------------------------------------------- */
@@ -337,21 +195,19 @@ static int save_data(struct saver *sv, struct sbi_disk *d, size_t first,
 
 /* Tables, then the header, each made durable in that order: a file whose
  * header is there has everything the header describes. */
-static int save_tables(struct target *t, const struct saver *sv,
-		       size_t npages, size_t ps, size_t bitmap_bytes,
-		       size_t crc_bytes)
+static int save_tables(int fd, const struct saver *sv, size_t npages,
+		       size_t ps, size_t bitmap_bytes, size_t crc_bytes)
 {
 	struct save_header h = {0};
 	char *head;
 	int r;
 
-	r = sbi_file_write_all(t->fd, sv->present, bitmap_bytes, BLOCK);
+	r = sbi_file_write_all(fd, sv->present, bitmap_bytes, BLOCK);
 	if (r == 0)
-		r = sbi_file_write_all(t->fd, sv->crc, crc_bytes,
+		r = sbi_file_write_all(fd, sv->crc, crc_bytes,
 				       BLOCK + bitmap_bytes);
-	if (r == 0 && fdatasync(t->data_fd) < 0)
-		r = -errno;
-	if (r == 0 && t->data_fd != t->fd && fdatasync(t->fd) < 0)
+	/* One file, whichever description wrote it: its data and these. */
+	if (r == 0 && fdatasync(fd) < 0)
 		r = -errno;
 	if (r < 0)
 		return r;
@@ -371,9 +227,9 @@ static int save_tables(struct target *t, const struct saver *sv,
 	if (!head)
 		return -ENOMEM;
 	memcpy(head, &h, sizeof(h));
-	r = sbi_file_write_all(t->fd, head, BLOCK, 0);
+	r = sbi_file_write_all(fd, head, BLOCK, 0);
 	free(head);
-	if (r == 0 && fdatasync(t->fd) < 0)
+	if (r == 0 && fdatasync(fd) < 0)
 		r = -errno;
 	return r;
 }
@@ -384,7 +240,8 @@ SB_API int sb_buf_save(struct sb_buf *buf, size_t off, size_t len,
 	struct sb_pool *pool;
 	struct sbi_disk *d;
 	struct saver sv = {0};
-	struct target t = {.fd = -1, .data_fd = -1};
+	struct sbi_replace t;
+	int data_fd = -1;
 	struct sbi_span pg;
 	size_t npages, ps, nblocks, bitmap_bytes, crc_bytes;
 	char *tables = NULL;
@@ -421,12 +278,13 @@ SB_API int sb_buf_save(struct sb_buf *buf, size_t off, size_t len,
 	sv.present = (uint64_t *)tables;
 	sv.crc = (uint32_t *)(tables + bitmap_bytes);
 
-	r = target_resolve(&t, path);
-	if (r == 0)
-		r = target_create(&t);
+	r = sbi_replace_begin(&t, path);
 	if (r < 0)
 		goto out;
-	sv.fd = t.data_fd;
+	/* The data through a second description of the new file, with
+	 * O_DIRECT where the file system takes it. */
+	data_fd = sbi_file_reopen_direct(t.fd, O_WRONLY);
+	sv.fd = data_fd >= 0 ? data_fd : t.fd;
 	/* The full length now: trailing holes read as holes. */
 	if (ftruncate(t.fd, (off_t)(sv.data_off + npages * ps)) < 0) {
 		r = -errno;
@@ -434,11 +292,13 @@ SB_API int sb_buf_save(struct sb_buf *buf, size_t off, size_t len,
 	}
 	r = save_data(&sv, d, pg.first, pg.end);
 	if (r == 0)
-		r = save_tables(&t, &sv, npages, ps, bitmap_bytes, crc_bytes);
+		r = save_tables(t.fd, &sv, npages, ps, bitmap_bytes, crc_bytes);
 	if (r == 0)
-		r = target_publish(&t);
+		r = sbi_replace_commit(&t);
 out:
-	target_close(&t);
+	if (data_fd >= 0)
+		close(data_fd);
+	sbi_replace_end(&t);
 	free(tables);
 	free(sv.bounce);
 	return r;
@@ -446,15 +306,88 @@ out:
 
 /* ---- restore --------------------------------------------------------------------- */
 
+/* Data extents of the bitmap that were read: mark_present looks only
+ * there (the rest of the bitmap is holes, zeros). */
+struct extents {
+	uint64_t (*e)[2];	/* offset, length */
+	size_t n, cap;
+};
+
+static int extents_add(struct extents *x, uint64_t off, uint64_t len)
+{
+	if (x->n == x->cap) {
+		size_t cap = x->cap ? 2 * x->cap : 16;
+		void *e = realloc(x->e, cap * sizeof(x->e[0]));
+
+		if (!e)
+			return -ENOMEM;
+		x->e = e;
+		x->cap = cap;
+	}
+	x->e[x->n][0] = off;
+	x->e[x->n][1] = len;
+	x->n++;
+	return 0;
+}
+
+/*
+ * Read the tables [BLOCK, data_off) into memory that reads as zeros until
+ * written, extent by extent: the file's holes (SEEK_DATA, SEEK_HOLE) are
+ * not read, their CRC is computed in O(log n). A save file copied into a
+ * sparse file (cp --sparse=always) keeps working, and a few KiB of file
+ * that declare a terabyte cost what they hold. Where the file system
+ * cannot tell holes from data, everything is read.
+ */
+static int read_tables(int fd, const struct save_header *h, char *tables,
+		       size_t bitmap_bytes, struct extents *bx)
+{
+	uint64_t pos = BLOCK, end = h->data_off;
+	uint32_t crc = 0;
+	int r;
+
+	while (pos < end) {
+		off_t d = lseek(fd, (off_t)pos, SEEK_DATA), e;
+
+		if (d < 0)
+			d = errno == ENXIO ? (off_t)end : (off_t)pos;
+		if ((uint64_t)d > end)
+			d = (off_t)end;
+		if ((uint64_t)d < pos)
+			d = (off_t)pos;
+		crc = sbi_crc32c_zeros(crc, (uint64_t)d - pos);
+		pos = (uint64_t)d;
+		if (pos >= end)
+			break;
+		e = lseek(fd, (off_t)pos, SEEK_HOLE);
+		if (e < 0 || (uint64_t)e > end || (uint64_t)e <= pos)
+			e = (off_t)end;
+		r = sbi_file_read_all(fd, tables + (pos - BLOCK),
+				      (uint64_t)e - pos, pos);
+		if (r < 0)
+			return r;
+		crc = sbi_crc32c_update(crc, tables + (pos - BLOCK),
+					(uint64_t)e - pos);
+		if (pos - BLOCK < bitmap_bytes) {
+			uint64_t to = (uint64_t)e - BLOCK < bitmap_bytes
+					      ? (uint64_t)e - BLOCK
+					      : bitmap_bytes;
+
+			r = extents_add(bx, pos - BLOCK, to - (pos - BLOCK));
+			if (r < 0)
+				return r;
+		}
+		pos = (uint64_t)e;
+	}
+	return crc == h->tables_crc ? 0 : -EBADMSG;
+}
+
 /* Read and check the header and tables into src. */
 static int load_tables(int fd, const struct stat *st, struct sbi_src *src,
-		       uint64_t *length)
+		       uint64_t *length, struct extents *bx)
 {
 	struct save_header h;
 	size_t bitmap_bytes, crc_bytes;
 	uint32_t want;
-	off_t hole;
-	char *tables;
 	int r;
 
 	if ((uint64_t)st->st_size < BLOCK)
@@ -468,6 +401,7 @@ static int load_tables(int fd, const struct stat *st, struct sbi_src *src,
 	    h.version != SAVE_VERSION || h.block != BLOCK ||
 	    sbi_crc32c(&h, sizeof(h)) != want)
 		return -EBADMSG;
+	h.header_crc = want;
 	if (!h.length || h.length % BLOCK || h.nblocks != h.length / BLOCK ||
 	    h.nblocks > MAX_BLOCKS || h.length > SIZE_MAX)
 		return -EBADMSG;
@@ -478,61 +412,54 @@ static int load_tables(int fd, const struct stat *st, struct sbi_src *src,
 	    (uint64_t)st->st_size < h.data_off ||
 	    (uint64_t)st->st_size - h.data_off < h.length)
 		return -EBADMSG;
-	/* sb_buf_save writes every byte of the tables: a hole in them means
-	 * a file made some other way, whose tables would cost their
-	 * declared size to read for nothing (a few KiB of sparse file can
-	 * declare a terabyte). */
-	hole = lseek(fd, BLOCK, SEEK_HOLE);
-	if (hole >= 0 && (uint64_t)hole < h.data_off)
-		return -EBADMSG;
-	tables = malloc(bitmap_bytes + crc_bytes);
-	if (!tables)
+	src->tables_len = bitmap_bytes + crc_bytes;
+	src->tables = sbi_meta_alloc(src->tables_len, false);
+	if (!src->tables) {
+		src->tables_len = 0;
 		return -ENOMEM;
-	r = sbi_file_read_all(fd, tables, bitmap_bytes + crc_bytes, BLOCK);
-	if (r == 0 && sbi_crc32c(tables, bitmap_bytes + crc_bytes) !=
-			      h.tables_crc)
-		r = -EBADMSG;
-	if (r == 0) {
-		src->present = malloc(bitmap_bytes);
-		src->crc = malloc(crc_bytes);
-		if (!src->present || !src->crc)
-			r = -ENOMEM;
 	}
-	if (r == 0) {
-		memcpy(src->present, tables, bitmap_bytes);
-		memcpy(src->crc, tables + bitmap_bytes, crc_bytes);
-		src->nblocks = (size_t)h.nblocks;
-		src->base = h.data_off;
-		src->size = h.length;
-		src->save = true;
-		*length = h.length;
-	}
-	free(tables);
-	return r;
+	r = read_tables(fd, &h, src->tables, bitmap_bytes, bx);
+	if (r < 0)
+		return r;
+	src->present = src->tables;
+	src->crc = (uint32_t *)((char *)src->tables + bitmap_bytes);
+	src->nblocks = (size_t)h.nblocks;
+	src->base = h.data_off;
+	src->size = h.length;
+	src->save = true;
+	*length = h.length;
+	return 0;
 }
 
 /* Mark the pages that hold data (a present block) as on disk; the rest
- * stay empty (holes read as zeros). Goes by bitmap words, so a sparse
- * save costs what it holds. */
-static void mark_present(struct sb_buf *buf, const struct sbi_src *src)
+ * stay empty (holes read as zeros). Only the bitmap's data extents are
+ * looked at, a word at a time. */
+static void mark_present(struct sb_buf *buf, const struct sbi_src *src,
+			 const struct extents *bx)
 {
 	size_t per = buf->pool->page_size / BLOCK;	/* blocks per page */
 	size_t nwords = (src->nblocks + 63) / 64;
 
-	for (size_t w = 0; w < nwords; w++) {
-		uint64_t bits = src->present[w];
+	for (size_t x = 0; x < bx->n; x++) {
+		size_t w0 = (size_t)(bx->e[x][0] / 8);
+		size_t w1 = (size_t)((bx->e[x][0] + bx->e[x][1] + 7) / 8);
 
-		while (bits) {
-			size_t blk = w * 64 + (size_t)__builtin_ctzll(bits);
-			size_t page = blk / per;
+		for (size_t w = w0; w < w1 && w < nwords; w++) {
+			uint64_t bits = src->present[w];
 
-			if (blk >= src->nblocks)
-				break;
-			buf->pte[page] = SBI_PTE_DISK;
-			/* Skip the rest of this page's blocks. */
-			if ((page + 1) * per >= (w + 1) * 64)
-				break;
-			bits &= ~0ull << ((page + 1) * per - w * 64);
+			while (bits) {
+				size_t blk = w * 64 +
+					     (size_t)__builtin_ctzll(bits);
+				size_t page = blk / per;
+
+				if (blk >= src->nblocks)
+					break;
+				buf->pte[page] = SBI_PTE_DISK;
+				/* Skip the rest of this page's blocks. */
+				if ((page + 1) * per >= (w + 1) * 64)
+					break;
+				bits &= ~0ull << ((page + 1) * per - w * 64);
+			}
 		}
 	}
 }
@@ -566,6 +493,7 @@ SB_API struct sb_buf *sb_buf_restore(struct sb_pool *pool, const char *path,
 {
 	struct sbi_src *src;
 	struct sb_buf *buf;
+	struct extents bx = {0};
 	struct stat st;
 	uint64_t length = 0;
 	int fd, direct, r = 0;
@@ -585,7 +513,7 @@ SB_API struct sb_buf *sb_buf_restore(struct sb_pool *pool, const char *path,
 		return fail(err, -ENOMEM);
 	}
 	src->fd = fd;
-	r = load_tables(fd, &st, src, &length);
+	r = load_tables(fd, &st, src, &length, &bx);
 	if (r < 0)
 		goto out;
 	/* Pages are read through a second description of the same file
@@ -602,16 +530,18 @@ SB_API struct sb_buf *sb_buf_restore(struct sb_pool *pool, const char *path,
 		goto out;
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);
-	mark_present(buf, src);
+	mark_present(buf, src, &bx);
 	r = flags & SB_BUF_STRICT ? strict_pages_in(buf) : 0;
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
+	free(bx.e);
 	if (r < 0) {
 		sb_buf_destroy(buf);	/* frees src */
 		return fail(err, r);
 	}
 	return buf;
 out:
+	free(bx.e);
 	sbi_src_free(src);
 	return fail(err, r);
 }

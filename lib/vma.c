@@ -64,14 +64,11 @@ static int map_error(int e)
 {
 	static _Atomic int warned;
 
-	if (e == ENOMEM && !atomic_exchange(&warned, 1)) {
-		const struct sb_features *f = sbi_features();
-
+	if (e == ENOMEM && !atomic_exchange(&warned, 1))
 		sbi_err("mmap failed with ENOMEM: this process has %ld of "
 			"vm.max_map_count=%ld mappings; raise the sysctl or use "
 			"a larger page size",
-			sbi_map_count(), f->max_map_count);
-	}
+			sbi_map_count(), sbi_max_map_count());
 	return -e;
 }
 

@@ -50,6 +50,24 @@ int open(const char *path, int flags, ...)
 	return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
 }
 
+/* The same for openat(2), which the library uses relative to the
+ * target's directory. */
+int openat(int dirfd, const char *path, int flags, ...)
+{
+	mode_t mode = 0;
+	va_list ap;
+
+	va_start(ap, flags);
+	if (flags & (O_CREAT | O_TMPFILE))
+		mode = (mode_t)va_arg(ap, int);
+	va_end(ap);
+	if (atomic_load(&no_tmpfile) && (flags & O_TMPFILE) == O_TMPFILE) {
+		errno = EOPNOTSUPP;
+		return -1;
+	}
+	return (int)syscall(SYS_openat, dirfd, path, flags, mode);
+}
+
 /* ---- helpers ---------------------------------------------------------------- */
 
 static struct sb_buf *filled(struct sb_pool *p, size_t npages, size_t nfill)

@@ -223,7 +223,9 @@ struct sb_buf *sb_buf_open_file(struct sb_pool *pool, const char *path,
  * Atomic: a new file is written beside path and renamed over it, so an
  * error or a kill leaves the previous file intact, and buffers reading the
  * previous file (restored from it, or sb_buf_open_file) keep reading it. A
- * path that exists and is not a regular file is refused, never replaced.
+ * replaced file's mode (and owner, where allowed) carry over; the
+ * directory must be writable. A path that is not a regular file is
+ * refused, never replaced.
  * Errors: -EINVAL, -ERANGE, -EIO (a page's data lost), -ENODEV (a FIFO,
  * socket or device), -EISDIR, -ENOENT (no such directory, or a dangling
  * symlink), -ENAMETOOLONG, open(2)/write(2)/rename(2) errors (-ENOSPC,

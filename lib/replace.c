@@ -1,0 +1,275 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Replacing a file at a path atomically (what sb_buf_save does to its
+ * destination): the new file is written unnamed (O_TMPFILE) in the
+ * target's directory, then given a short temporary name and swapped in
+ * with one rename. Until then whatever happens (an error, a full disk,
+ * kill -9) leaves the old file as it was and nothing else behind; readers
+ * of the old file (open descriptors) keep reading it.
+ *
+ * Nothing that is not a regular file is ever replaced: the target's type
+ * is checked when the save starts, and again at the rename, which swaps
+ * the two names (RENAME_EXCHANGE) so that what was there can be looked at
+ * and swapped back if it is no longer a regular file; a target that did
+ * not exist is created with RENAME_NOREPLACE. The directory is held open
+ * (O_PATH) from the start, so a rename or chdir meanwhile cannot send the
+ * file elsewhere. A file that is replaced keeps its mode, and its owner
+ * when the caller may set it; hard links to it, ACLs and extended
+ * attributes stay with the old inode.
+ *
+ * Fallbacks, each a little less safe, for where the kernel or the file
+ * system lacks something: no O_TMPFILE, or no /proc to link an unnamed
+ * file through (AT_EMPTY_PATH needs a capability): the new file has its
+ * temporary name from the start, so a kill -9 can leave it behind; no
+ * RENAME_EXCHANGE / RENAME_NOREPLACE: a plain rename, after the check.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+/* A name of our own in the directory: short, whatever the target's is. */
+static void temp_name(struct sbi_replace *r, unsigned tries)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	snprintf(r->tmp, sizeof(r->tmp), ".sbsave-%08lx",
+		 ((unsigned long)ts.tv_nsec ^ ((unsigned long)getpid() << 12) ^
+		  (tries * 2654435761ul)) &
+			 0xfffffffful);
+}
+
+static bool proc_fd_works(void)
+{
+	return access("/proc/self/fd", X_OK) == 0;
+}
+
+/* Where the file goes: the directory (held open) and the last component,
+ * symlinks to a file resolved. */
+static int resolve(struct sbi_replace *r, const char *path)
+{
+	char full[PATH_MAX], dir[PATH_MAX];
+	const char *slash, *base;
+	struct stat st;
+	int e;
+
+	if (stat(path, &st) == 0) {
+		e = sbi_file_kind(&st, false);
+		if (e < 0)
+			return e;
+		if (!realpath(path, full))
+			return -errno;
+		r->existed = true;
+	} else if (errno == ENOENT) {
+		/* A dangling symlink is not ours to replace. */
+		if (lstat(path, &st) == 0)
+			return -ENOENT;
+		if (strlen(path) >= sizeof(full))
+			return -ENAMETOOLONG;
+		snprintf(full, sizeof(full), "%s", path);
+	} else {
+		return -errno;
+	}
+	slash = strrchr(full, '/');
+	base = slash ? slash + 1 : full;
+	if (!*base)
+		return -EISDIR;
+	if (strlen(base) > NAME_MAX)
+		return -ENAMETOOLONG;
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == full)
+		snprintf(dir, sizeof(dir), "/");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - full), full);
+	snprintf(r->name, sizeof(r->name), "%s", base);
+	r->dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (r->dirfd < 0)
+		return -errno;
+	if (r->existed) {
+		/* What the name holds now, in the directory we hold. */
+		if (fstatat(r->dirfd, r->name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			return errno == ENOENT ? -EAGAIN : -errno;
+		e = sbi_file_kind(&st, false);
+		if (e < 0)
+			return e;
+		r->old = st;
+	}
+	return 0;
+}
+
+/* The new file, named from the start (no O_TMPFILE, or no way to name an
+ * unnamed one later). The kernel applies the umask to its mode. */
+static int create_named(struct sbi_replace *r)
+{
+	for (unsigned tries = 0; tries < 100; tries++) {
+		temp_name(r, tries);
+		r->fd = openat(r->dirfd, r->tmp,
+			       O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (r->fd >= 0) {
+			r->named = true;
+			return 0;
+		}
+		if (errno != EEXIST)
+			return -errno;
+	}
+	return -EEXIST;
+}
+
+int sbi_replace_begin(struct sbi_replace *r, const char *path)
+{
+	int e;
+
+	memset(r, 0, sizeof(*r));
+	r->dirfd = r->fd = -1;
+	if (!path || !*path)
+		return -EINVAL;
+	e = resolve(r, path);
+	if (e < 0)
+		return e;
+	r->fd = proc_fd_works()
+			? openat(r->dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
+				 0644)
+			: -1;
+	if (r->fd < 0) {
+		if (proc_fd_works() && errno != EOPNOTSUPP &&
+		    errno != EISDIR && errno != EINVAL)
+			return -errno;	/* a real error: EACCES, ENOSPC */
+		e = create_named(r);
+		if (e < 0)
+			return e;
+	}
+	if (r->existed) {
+		/* The file it replaces keeps its owner (where we may set it)
+		 * and its mode: a 0600 file stays private. Owner first: a
+		 * chown clears set-id bits. */
+		if ((r->old.st_uid != geteuid() ||
+		     r->old.st_gid != getegid()) &&
+		    fchown(r->fd, r->old.st_uid, r->old.st_gid) < 0) {
+			/* Not allowed: the new file is the caller's. */
+		}
+		if (fchmod(r->fd, r->old.st_mode & 07777) < 0)
+			return -errno;
+	}
+	return 0;
+}
+
+/* Give the unnamed file its temporary name. */
+static int link_tmp(struct sbi_replace *r)
+{
+	char proc[64];
+
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", r->fd);
+	for (unsigned tries = 0; tries < 100; tries++) {
+		temp_name(r, tries);
+		if (linkat(r->fd, "", r->dirfd, r->tmp, AT_EMPTY_PATH) == 0 ||
+		    (errno != EEXIST &&
+		     linkat(AT_FDCWD, proc, r->dirfd, r->tmp,
+			    AT_SYMLINK_FOLLOW) == 0)) {
+			r->named = true;
+			return 0;
+		}
+		if (errno != EEXIST)
+			return -errno;
+	}
+	return -EEXIST;
+}
+
+/* Swap the new file in over a regular file. What was swapped out is looked
+ * at: if it is not a regular file (replaced meanwhile), it goes back. */
+static int swap_in(struct sbi_replace *r)
+{
+	struct stat st;
+	int e;
+
+	if (renameat2(r->dirfd, r->tmp, r->dirfd, r->name, RENAME_EXCHANGE) <
+	    0) {
+		if (errno != EINVAL)
+			return -errno;
+		/* No exchange here: the check at the start stands. */
+		if (renameat(r->dirfd, r->tmp, r->dirfd, r->name) < 0)
+			return -errno;
+		r->named = false;
+		return 0;
+	}
+	if (fstatat(r->dirfd, r->tmp, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    (e = sbi_file_kind(&st, false)) < 0) {
+		renameat2(r->dirfd, r->tmp, r->dirfd, r->name, RENAME_EXCHANGE);
+		return e;
+	}
+	/* Our file is the target now; the old one goes, as with rename. */
+	r->named = false;
+	unlinkat(r->dirfd, r->tmp, 0);
+	return 0;
+}
+
+int sbi_replace_commit(struct sbi_replace *r)
+{
+	struct stat st;
+	int e = 0, dfd;
+
+	if (!r->named && (e = link_tmp(r)) < 0)
+		return e;
+	if (!r->existed) {
+		if (renameat2(r->dirfd, r->tmp, r->dirfd, r->name,
+			      RENAME_NOREPLACE) == 0) {
+			r->named = false;
+		} else if (errno == EINVAL) {
+			if (renameat(r->dirfd, r->tmp, r->dirfd, r->name) < 0)
+				return -errno;
+			r->named = false;
+		} else if (errno != EEXIST) {
+			return -errno;
+		} else {
+			/* Something appeared meanwhile: replace it only if
+			 * it is a regular file. */
+			if (fstatat(r->dirfd, r->name, &st,
+				    AT_SYMLINK_NOFOLLOW) < 0)
+				return -errno;
+			e = sbi_file_kind(&st, false);
+			if (e < 0)
+				return e;
+			e = swap_in(r);
+		}
+	} else {
+		e = swap_in(r);
+	}
+	if (e < 0)
+		return e;
+	/* The rename is durable once the directory is. */
+	dfd = openat(r->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		if (fsync(dfd) < 0) {
+			/* The data is safe; only the name may lag. */
+		}
+		close(dfd);
+	}
+	return 0;
+}
+
+void sbi_replace_end(struct sbi_replace *r)
+{
+	if (r->fd >= 0)
+		close(r->fd);
+	if (r->named)
+		unlinkat(r->dirfd, r->tmp, 0);	/* ours, never the target */
+	if (r->dirfd >= 0)
+		close(r->dirfd);
+	r->fd = r->dirfd = -1;
+	r->named = false;
+}
