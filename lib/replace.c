@@ -17,16 +17,26 @@
  * when the caller may set it; hard links to it, ACLs and extended
  * attributes stay with the old inode.
  *
+ * A new target needs no temporary name at all: the unnamed file is linked
+ * straight to it (linkat fails if the name appeared meanwhile). Replacing
+ * one does: a kill -9 in the few microseconds between the link and the
+ * swap (or the swap and the removal of the old file) leaves a
+ * ".sbsave-PID-XXXXXXXX" behind, so each save first removes such names
+ * left in its directory by processes that no longer exist.
+ *
  * Fallbacks, each a little less safe, for where the kernel or the file
  * system lacks something: no O_TMPFILE, or no /proc to link an unnamed
  * file through (AT_EMPTY_PATH needs a capability): the new file has its
- * temporary name from the start, so a kill -9 can leave it behind; no
- * RENAME_EXCHANGE / RENAME_NOREPLACE: a plain rename, after the check.
+ * temporary name from the start, so a kill -9 can leave it behind (until
+ * the next save there); no RENAME_EXCHANGE / RENAME_NOREPLACE: a plain
+ * rename, after the check.
  */
 #include "internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,16 +52,48 @@
 #define RENAME_EXCHANGE (1 << 1)
 #endif
 
-/* A name of our own in the directory: short, whatever the target's is. */
+#define TEMP_PREFIX ".sbsave-"
+
+/* A name of our own in the directory: short, whatever the target's is,
+ * and naming this process (see remove_leftovers). */
 static void temp_name(struct sbi_replace *r, unsigned tries)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	snprintf(r->tmp, sizeof(r->tmp), ".sbsave-%08lx",
-		 ((unsigned long)ts.tv_nsec ^ ((unsigned long)getpid() << 12) ^
-		  (tries * 2654435761ul)) &
+	snprintf(r->tmp, sizeof(r->tmp), TEMP_PREFIX "%d-%08lx", (int)getpid(),
+		 ((unsigned long)ts.tv_nsec ^ (tries * 2654435761ul)) &
 			 0xfffffffful);
+}
+
+/* Temporary files that a process killed mid-save left in the directory:
+ * ours by their name, and only those of processes that are gone. */
+static void remove_leftovers(int dirfd)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct dirent *e;
+	DIR *d;
+
+	if (fd < 0)
+		return;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return;
+	}
+	while ((e = readdir(d))) {
+		char *end;
+		long pid;
+
+		if (strncmp(e->d_name, TEMP_PREFIX, strlen(TEMP_PREFIX)))
+			continue;
+		pid = strtol(e->d_name + strlen(TEMP_PREFIX), &end, 10);
+		if (pid <= 0 || *end != '-' || strlen(end) != 9 ||
+		    (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
+			continue;
+		unlinkat(dirfd, e->d_name, 0);
+	}
+	closedir(d);
 }
 
 static bool proc_fd_works(void)
@@ -142,6 +184,7 @@ int sbi_replace_begin(struct sbi_replace *r, const char *path)
 	e = resolve(r, path);
 	if (e < 0)
 		return e;
+	remove_leftovers(r->dirfd);
 	r->fd = proc_fd_works()
 			? openat(r->dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
 				 0644)
@@ -169,23 +212,35 @@ int sbi_replace_begin(struct sbi_replace *r, const char *path)
 	return 0;
 }
 
-/* Give the unnamed file its temporary name. */
-static int link_tmp(struct sbi_replace *r)
+/* Give the unnamed file a name: 0, or -errno (-EEXIST: taken). */
+static int link_as(struct sbi_replace *r, const char *name)
 {
 	char proc[64];
 
+	if (linkat(r->fd, "", r->dirfd, name, AT_EMPTY_PATH) == 0)
+		return 0;
+	if (errno == EEXIST)
+		return -EEXIST;
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", r->fd);
+	return linkat(AT_FDCWD, proc, r->dirfd, name, AT_SYMLINK_FOLLOW) == 0
+		       ? 0
+		       : -errno;
+}
+
+/* Give the unnamed file its temporary name. */
+static int link_tmp(struct sbi_replace *r)
+{
 	for (unsigned tries = 0; tries < 100; tries++) {
+		int e;
+
 		temp_name(r, tries);
-		if (linkat(r->fd, "", r->dirfd, r->tmp, AT_EMPTY_PATH) == 0 ||
-		    (errno != EEXIST &&
-		     linkat(AT_FDCWD, proc, r->dirfd, r->tmp,
-			    AT_SYMLINK_FOLLOW) == 0)) {
+		e = link_as(r, r->tmp);
+		if (e == 0) {
 			r->named = true;
 			return 0;
 		}
-		if (errno != EEXIST)
-			return -errno;
+		if (e != -EEXIST)
+			return e;
 	}
 	return -EEXIST;
 }
@@ -223,6 +278,24 @@ int sbi_replace_commit(struct sbi_replace *r)
 	struct stat st;
 	int e = 0, dfd;
 
+	if (!r->named && !r->existed) {
+		/* A new target: the unnamed file takes its name at once, with
+		 * no temporary name for a kill to leave behind. */
+		e = link_as(r, r->name);
+		if (e == 0) {
+			goto durable;
+		}
+		if (e != -EEXIST)
+			return e;
+		/* Something appeared meanwhile: replace it only if it is a
+		 * regular file. */
+		if (fstatat(r->dirfd, r->name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			return -errno;
+		e = sbi_file_kind(&st, false);
+		if (e < 0)
+			return e;
+		r->existed = true;
+	}
 	if (!r->named && (e = link_tmp(r)) < 0)
 		return e;
 	if (!r->existed) {
@@ -251,6 +324,7 @@ int sbi_replace_commit(struct sbi_replace *r)
 	}
 	if (e < 0)
 		return e;
+durable:
 	/* The rename is durable once the directory is. */
 	dfd = openat(r->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd >= 0) {

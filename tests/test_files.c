@@ -31,6 +31,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 
 #define PAGE (64 * KiB)
 #define HEAP (4 * MiB)
@@ -181,6 +182,44 @@ static void save_over_source(void)
 	sb_buf_destroy(r2);
 	CHECK_EQ(strangers(expected, 3), 0);
 	sb_buf_destroy(r);
+	sb_buf_destroy(a);
+	sb_pool_destroy(p);
+}
+
+/* What a saver killed between naming its new file and renaming it leaves
+ * (".sbsave-PID-XXXXXXXX") is removed by the next save in the directory,
+ * and only when PID is gone: not a live process's, not other names. */
+static void leftovers(void)
+{
+	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
+	struct sb_buf *a = make_buf(p, 4 * PAGE, 0);
+	char dead[64], live[64], other[64];
+	const char *save = file_path("kv2.save");
+	pid_t gone = fork();
+	struct stat st;
+	int fd;
+
+	if (gone == 0)
+		_exit(0);
+	CHECK(gone > 0 && waitpid(gone, NULL, 0) == gone);
+	snprintf(dead, sizeof(dead), ".sbsave-%d-0badcafe", (int)gone);
+	snprintf(live, sizeof(live), ".sbsave-%d-0badcafe", (int)getpid());
+	snprintf(other, sizeof(other), ".sbsave-notes");
+	for (int i = 0; i < 3; i++) {
+		const char *n = i == 0 ? dead : i == 1 ? live : other;
+
+		fd = open(file_path(n), O_CREAT | O_WRONLY, 0600);
+		CHECK(fd >= 0);
+		close(fd);
+	}
+	CHECK_EQ(sb_buf_map(a, 0, 4 * PAGE), 4);
+	CHECK_EQ(sb_buf_save(a, 0, 4 * PAGE, save), 0);
+	CHECK(stat(file_path(dead), &st) < 0 && errno == ENOENT);
+	CHECK(stat(file_path(live), &st) == 0);
+	CHECK(stat(file_path(other), &st) == 0);
+	unlink(file_path(live));
+	unlink(file_path(other));
+	unlink(save);
 	sb_buf_destroy(a);
 	sb_pool_destroy(p);
 }
@@ -433,6 +472,7 @@ static void share_evicted(void)
 static int body(void)
 {
 	save_over_source();
+	leftovers();
 	not_regular();
 	hostile_save();
 	limits();
@@ -520,6 +560,7 @@ static int child(const char *name)
 		void (*fn)(void);
 	} cases[] = {
 		{"save-over-source", save_over_source},
+		{"leftovers", leftovers},
 		{"not-regular", not_regular},
 		{"hostile-save", hostile_save},
 		{"limits", limits},
