@@ -509,6 +509,28 @@ static inline struct sb_pool *disk_pool_in(size_t page, size_t heap,
 	return p;
 }
 
+/* $SBT_DIR/name (16 slots of static storage, reused in turn). */
+static inline const char *disk_path(const char *name)
+{
+	static char paths[16][512];
+	static int next;
+	char *s = paths[next++ % 16];
+
+	snprintf(s, sizeof(paths[0]), "%s/%s", disk_dir(), name);
+	return s;
+}
+
+/* sb_buf_restore that fails the test when it fails. */
+static inline struct sb_buf *disk_restore(struct sb_pool *p, const char *path)
+{
+	int err = 0;
+	struct sb_buf *b = sb_buf_restore(p, path, 0, &err);
+
+	if (!b)
+		FAIL("sb_buf_restore(%s): %s", path, strerror(-err));
+	return b;
+}
+
 static inline struct sb_pool *disk_pool(size_t page, size_t heap, size_t max)
 {
 	return disk_pool_in(page, heap, max, NULL);

@@ -45,16 +45,6 @@ static uint64_t seed_of(unsigned tag, size_t page)
 	return ((uint64_t)tag << 32) | page;
 }
 
-static const char *file_path(const char *name)
-{
-	static char paths[16][512];
-	static int next;
-	char *s = paths[next++ % 16];
-
-	snprintf(s, sizeof(paths[0]), "%s/%s", disk_dir(), name);
-	return s;
-}
-
 static void fill_pages(char *x, size_t first, size_t n, unsigned tag)
 {
 	for (size_t i = first; i < first + n; i++)
@@ -74,16 +64,6 @@ static void check_pages_at(const char *x, size_t first, size_t n,
 }
 #define check_pages(x, first, n, tag) \
 	check_pages_at(x, first, n, tag, __LINE__)
-
-static struct sb_buf *restore(struct sb_pool *p, const char *path)
-{
-	int err = 0;
-	struct sb_buf *b = sb_buf_restore(p, path, 0, &err);
-
-	if (!b)
-		FAIL("sb_buf_restore(%s): %s", path, strerror(-err));
-	return b;
-}
 
 /* Entries of the scratch directory other than the expected ones. */
 static int strangers(const char *const *expected, size_t n)
@@ -125,7 +105,7 @@ static void save_over_source(void)
 {
 	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
 	struct sb_buf *a = make_buf(p, 64 * MiB, SB_BUF_EVICTABLE);
-	const char *save = file_path("kv.save"), *model = file_path("model");
+	const char *save = disk_path("kv.save"), *model = disk_path("model");
 	const char *const expected[] = {"kv.save", "model", "spill"};
 	struct sb_buf *r, *r2, *f;
 	char *x = sb_buf_addr(a), *y, *z;
@@ -135,13 +115,13 @@ static void save_over_source(void)
 	CHECK_EQ(sb_buf_save(a, 0, 8 * PAGE, save), 0);
 
 	/* Restore, continue (one page written), save to the same path. */
-	r = restore(p, save);
+	r = disk_restore(p, save);
 	y = sb_buf_addr(r);
 	fill_pages(y, 0, 1, 2);
 	CHECK_EQ(sb_buf_save(r, 0, 8 * PAGE, save), 0);
 	check_pages(y, 0, 1, 2);
 	check_pages(y, 1, 7, 1);	/* never read before the save */
-	r2 = restore(p, save);
+	r2 = disk_restore(p, save);
 	z = sb_buf_addr(r2);
 	check_pages(z, 0, 1, 2);
 	check_pages(z, 1, 7, 1);
@@ -149,7 +129,7 @@ static void save_over_source(void)
 	fill_pages(z, 7, 1, 3);
 	CHECK_EQ(sb_buf_save(r2, 0, 8 * PAGE, save), 0);
 	sb_buf_destroy(r2);
-	r2 = restore(p, save);
+	r2 = disk_restore(p, save);
 	z = sb_buf_addr(r2);
 	check_pages(z, 0, 1, 2);
 	check_pages(z, 1, 6, 1);
@@ -174,7 +154,7 @@ static void save_over_source(void)
 	CHECK_EQ(sb_buf_evict(a, 2 * PAGE, PAGE), 1);
 	CHECK_EQ(sbi_test_corrupt_spill(a, 2 * PAGE), 0);
 	CHECK_EQ(sb_buf_save(a, 0, 8 * PAGE, save), -EIO);
-	r2 = restore(p, save);
+	r2 = disk_restore(p, save);
 	z = sb_buf_addr(r2);
 	check_pages(z, 0, 1, 2);
 	check_pages(z, 1, 6, 1);
@@ -194,7 +174,7 @@ static void leftovers(void)
 	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
 	struct sb_buf *a = make_buf(p, 4 * PAGE, 0);
 	char dead[64], live[64], other[64];
-	const char *save = file_path("kv2.save");
+	const char *save = disk_path("kv2.save");
 	pid_t gone = fork();
 	struct stat st;
 	int fd;
@@ -208,17 +188,17 @@ static void leftovers(void)
 	for (int i = 0; i < 3; i++) {
 		const char *n = i == 0 ? dead : i == 1 ? live : other;
 
-		fd = open(file_path(n), O_CREAT | O_WRONLY, 0600);
+		fd = open(disk_path(n), O_CREAT | O_WRONLY, 0600);
 		CHECK(fd >= 0);
 		close(fd);
 	}
 	CHECK_EQ(sb_buf_map(a, 0, 4 * PAGE), 4);
 	CHECK_EQ(sb_buf_save(a, 0, 4 * PAGE, save), 0);
-	CHECK(stat(file_path(dead), &st) < 0 && errno == ENOENT);
-	CHECK(stat(file_path(live), &st) == 0);
-	CHECK(stat(file_path(other), &st) == 0);
-	unlink(file_path(live));
-	unlink(file_path(other));
+	CHECK(stat(disk_path(dead), &st) < 0 && errno == ENOENT);
+	CHECK(stat(disk_path(live), &st) == 0);
+	CHECK(stat(disk_path(other), &st) == 0);
+	unlink(disk_path(live));
+	unlink(disk_path(other));
 	unlink(save);
 	sb_buf_destroy(a);
 	sb_pool_destroy(p);
@@ -229,9 +209,9 @@ static void not_regular(void)
 {
 	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
 	struct sb_buf *a = make_buf(p, 4 * PAGE, 0);
-	const char *fifo = file_path("fifo"), *dir = file_path("dir");
-	const char *chr = file_path("null"), *dangling = file_path("dangling");
-	const char *link = file_path("link"), *target = file_path("target");
+	const char *fifo = disk_path("fifo"), *dir = disk_path("dir");
+	const char *chr = disk_path("null"), *dangling = disk_path("dangling");
+	const char *link = disk_path("link"), *target = disk_path("target");
 	struct stat st;
 	int err;
 
@@ -252,7 +232,7 @@ static void not_regular(void)
 	CHECK_EQ(sb_buf_save(a, 0, 4 * PAGE, link), 0);
 	CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
 	{
-		struct sb_buf *r = restore(p, target);
+		struct sb_buf *r = disk_restore(p, target);
 
 		check_pages((char *)sb_buf_addr(r), 0, 4, 6);
 		sb_buf_destroy(r);
@@ -310,7 +290,7 @@ static long maxrss_kib(void)
 static void hostile_save(void)
 {
 	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
-	const char *path = file_path("huge.save");
+	const char *path = disk_path("huge.save");
 	/* A terabyte (less under ThreadSanitizer, whose address space is
 	 * smaller: the restore reserves what the file declares). */
 	const uint64_t declared = HUGE_BUF < TiB ? HUGE_BUF / 2 : TiB;
@@ -389,7 +369,7 @@ static void hostile_save(void)
 static void limits(void)
 {
 	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
-	const char *path = file_path("small");
+	const char *path = disk_path("small");
 	struct sb_buf *b;
 	int err = 0;
 
@@ -509,7 +489,7 @@ static int touch(const char *x, size_t i, unsigned tag)
 static int shrink_child(void)
 {
 	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
-	const char *path = file_path("shrinks");
+	const char *path = disk_path("shrinks");
 	struct sb_buf *f;
 	struct sb_stats s0, s1;
 	int err = 0, r1, r2, r3;

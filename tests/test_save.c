@@ -22,26 +22,6 @@ static uint64_t seed_of(unsigned tag, size_t page)
 	return ((uint64_t)tag << 32) | page;
 }
 
-static const char *file_path(const char *name)
-{
-	static char paths[16][512];
-	static int next;
-	char *s = paths[next++ % 16];
-
-	snprintf(s, sizeof(paths[0]), "%s/%s", disk_dir(), name);
-	return s;
-}
-
-static struct sb_buf *restore(struct sb_pool *p, const char *path)
-{
-	int err = 0;
-	struct sb_buf *b = sb_buf_restore(p, path, 0, &err);
-
-	if (!b)
-		FAIL("sb_buf_restore(%s): %s", path, strerror(-err));
-	return b;
-}
-
 static int restore_err(struct sb_pool *p, const char *path)
 {
 	int err = 0;
@@ -102,7 +82,7 @@ static void round_trip(void)
 	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
 	struct sb_buf *b = make_buf(p, 64 * MiB, 0), *r;
 	char *x = sb_buf_addr(b), *y;
-	const char *path = file_path("s1.sbs"), *path2 = file_path("s2.sbs");
+	const char *path = disk_path("s1.sbs"), *path2 = disk_path("s2.sbs");
 	struct sb_stats s0;
 
 	CHECK_EQ(sb_buf_map(b, 0, N * PAGE), N);
@@ -122,7 +102,7 @@ static void round_trip(void)
 	CHECK_EQ(sb_buf_placed(b, 0, N * PAGE), N - 2);
 
 	/* Restored: the same length and bytes, read in lazily. */
-	r = restore(p, path);
+	r = disk_restore(p, path);
 	y = sb_buf_addr(r);
 	CHECK(r != b && y != x);
 	CHECK_EQ(sb_buf_length(r), N * PAGE);
@@ -149,13 +129,13 @@ static void round_trip(void)
 	check_saved(y, N, 41, 0, NULL, 0);
 	sb_buf_destroy(r);
 	/* The save file did not take those writes. */
-	r = restore(p, path);
+	r = disk_restore(p, path);
 	check_saved(sb_buf_addr(r), N, 40, 0, holes, 2);
 	sb_buf_destroy(r);
 
 	/* Part of a buffer: pages 4..11 (holes at 5 and 9: 1 and 5). */
 	CHECK_EQ(sb_buf_save(b, 4 * PAGE, 8 * PAGE, path2), 0);
-	r = restore(p, path2);
+	r = disk_restore(p, path2);
 	CHECK_EQ(sb_buf_length(r), 8 * PAGE);
 	CHECK_EQ(sb_buf_placed(r, 0, 8 * PAGE), 0);
 	check_saved(sb_buf_addr(r), 8, 40, 4, holes4, 2);
@@ -175,7 +155,7 @@ static void sparse_file(void)
 	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
 	struct sb_buf *b = make_buf(p, 64 * MiB, 0), *r;
 	char *x = sb_buf_addr(b);
-	const char *path = file_path("sparse.sbs");
+	const char *path = disk_path("sparse.sbs");
 	struct stat st;
 
 	for (size_t k = 0; k < 2; k++) {
@@ -189,7 +169,7 @@ static void sparse_file(void)
 	printf("save: %d pages, 2 placed: file of %lld bytes, %lld allocated\n",
 	       N, (long long)st.st_size, (long long)st.st_blocks * 512);
 	CHECK((size_t)st.st_blocks * 512 < 16 * PAGE);
-	r = restore(p, path);
+	r = disk_restore(p, path);
 	CHECK_EQ(sb_buf_length(r), N * PAGE);
 	check_saved(sb_buf_addr(r), N, 45, 0, holes, nh);
 	sb_buf_destroy(r);
@@ -201,10 +181,10 @@ static void errors(void)
 {
 	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
 	struct sb_buf *b = make_buf(p, 16 * MiB, 0);
-	const char *good = file_path("good.sbs"), *bad = file_path("bad.sbs");
-	const char *junk = file_path("junk.bin"), *empty = file_path("empty");
-	const char *cut = file_path("cut.sbs"), *none = file_path("missing");
-	const char *nodir = file_path("no-dir/x.sbs");
+	const char *good = disk_path("good.sbs"), *bad = disk_path("bad.sbs");
+	const char *junk = disk_path("junk.bin"), *empty = disk_path("empty");
+	const char *cut = disk_path("cut.sbs"), *none = disk_path("missing");
+	const char *nodir = disk_path("no-dir/x.sbs");
 	char *rnd = malloc(PAGE), head[4];
 	FILE *f;
 
@@ -248,8 +228,8 @@ static void other_process(void)
 	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
 	struct sb_buf *b = make_buf(p, 16 * MiB, 0), *r;
 	char *x = sb_buf_addr(b), *y, *want = calloc(N, PAGE);
-	const char *path = file_path("to-child.sbs");
-	const char *back = file_path("from-child.sbs");
+	const char *path = disk_path("to-child.sbs");
+	const char *back = disk_path("from-child.sbs");
 	char e_file[600], e_sum[64], e_next[600];
 	char *env[] = {e_file, e_sum, e_next, NULL};
 
@@ -270,7 +250,7 @@ static void other_process(void)
 					       0)),
 		 0);
 	/* Back here: the child's save of what it restored, page 0 changed. */
-	r = restore(p, back);
+	r = disk_restore(p, back);
 	y = sb_buf_addr(r);
 	CHECK_EQ(sb_buf_length(r), N * PAGE);
 	CHECK_EQ(sb_buf_placed(r, 0, N * PAGE), 0);
@@ -325,7 +305,7 @@ static void corrupted(void)
 	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
 	struct sb_buf *b = make_buf(p, 16 * MiB, 0);
 	char *x = sb_buf_addr(b);
-	const char *path = file_path("damaged.sbs");
+	const char *path = disk_path("damaged.sbs");
 	char e_file[600];
 	char *env[] = {e_file, NULL};
 	struct stat st;
