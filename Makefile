@@ -65,7 +65,12 @@ include kernels/kernels.mk
 include flash/flash.mk
 include tests/fuzz/fuzz.mk
 
-all: deps-check lib $(TOOLS) tests bench-bin $(EXTRA_ALL)
+# Dependencies first, then a sub-make: under make -j nothing compiles
+# before the headers it needs are installed.
+all: deps-check
+	@$(MAKE) --no-print-directory build-all
+
+build-all: lib $(TOOLS) tests bench-bin $(EXTRA_ALL)
 
 lib: $(LIB_A) $(LIB_SO)
 tests: $(TEST_BIN)
@@ -196,5 +201,5 @@ format:
 clean:
 	rm -rf build build-asan build-tsan
 
-.PHONY: all lib tests bench-bin deps-check deps-test deps-bench test test-build demo asan tsan bench bench-pagein install format clean sparsebuf.pc
+.PHONY: all build-all lib tests bench-bin deps-check deps-test deps-bench test test-build demo asan tsan bench bench-pagein install format clean sparsebuf.pc
 .SECONDARY:

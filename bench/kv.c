@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench/kv: a KV cache grown token by token, six ways, in one run, with the
- * same kernels. Geometry of Qwen3-4B: 36 layers, 8 KV heads, head dim 128,
- * bf16: 2 KiB per row, 144 KiB per token (K and V of every layer).
+ * bench/kv: a KV cache grown token by token, seven ways, in one run, with
+ * the same kernels. Geometry of Qwen3-4B: 36 layers, 8 KV heads, head dim
+ * 128, bf16: 2 KiB per row, 144 KiB per token (K and V of every layer).
  *
  *   1 dense       the full context allocated and zeroed up front (llama.cpp)
+ *   0 floor       dense's loop again over dense's memory, already written:
+ *                 nothing to grow, so its "stalls" are the machine's own
+ *                 hiccups (VM, interrupts, the scheduler); runs right after
+ *                 dense whenever a sparsebuf strategy (5, 6, 7) runs
  *   2 chunks      grow-and-copy in 256-token chunks (mlx-lm); new blocks
  *                 are populated huge pages, the cheapest fresh memory
  *   3 doubling    doubling up to 4096 cells, then +1 GiB steps, copying each
@@ -12,29 +16,52 @@
  *   4 demand      mmap(MAP_NORESERVE) of the full context: the kernel's
  *                 demand paging (first touch allocates and zeroes)
  *   5 sparsebuf   sb_kv_prepare: placement ahead of use
- *   6 fault       sparsebuf placement on fault only
+ *   6 fault       sparsebuf placement on fault only (placement by touch)
+ *   7 core API    sparsebuf.h alone: a buffer per region, the decode thread
+ *                 calls sb_buf_map for a region's next page when the
+ *                 position 16 + g * (rows per page / 72) ahead of the one it
+ *                 writes enters it (staggered: region g maps g tokens later
+ *                 than region 0); pages 0 and 1 placed at setup
  *
  * Every step writes the token's K and V rows into all 72 regions (timed,
- * with the strategy's growth work: its "stall"); every --attn-every steps
- * (default 64) the real decode-attention kernel runs over every layer (not
- * timed). Growth time of a step = the strategy's grow call plus its writes,
- * minus what the same writes cost the dense strategy at that step (a write
- * that faults is growth). Committed memory at 1k, 4k, 16k and 32k tokens:
- * the strategy's own accounting (pool pages for sparsebuf) and the
- * process's PSS growth. Attention throughput at 4k and 32k relative to
- * dense. Then 8 sessions of different lengths sharing a 2k-token prompt.
+ * with the strategy's growth work: its "stall"), then spins --work-us
+ * (default 200) microseconds, untimed, for the rest of a decode step;
+ * every --attn-every steps (default 64) the real decode-attention kernel
+ * runs over every layer (not timed). Growth time of a step = the
+ * strategy's grow call plus its writes, minus what the same writes cost
+ * the dense strategy at that step (a write that faults is growth), clipped
+ * at 0. Worst, p99 and p99.9 of it per strategy; for the steps over 0.5 ms
+ * of 0, 5, 6 and 7, a cause, from readings taken around the timed region
+ * (outside it): this thread's involuntary then voluntary context switches,
+ * the pool's pages prepared by the caller, the pool's faults, else none
+ * seen. Memory at 1k, 4k, 16k and 32k tokens: the strategy's own accounting
+ * (pool pages for sparsebuf), the pool's resident bytes (its ready reserve
+ * included), and the process's RSS and PSS growth since the strategy
+ * started. Attention throughput at 4k and at the end relative to dense.
+ * Then 8 sessions of different lengths sharing a 2k-token prompt.
  *
- * Writes a table with targets (PASS/FAIL) to stdout, and two charts
- * (gnuplot, PNG): committed memory vs tokens, per-step stall vs tokens.
+ * Targets, each miss counted in the exit status: for 5 and 7, worst stall
+ * <= 1 ms, p99.9 <= 0.2 ms, total growth <= 0.15x demand paging's (when 4
+ * ran), committed within a page per region, pool resident bytes and RSS
+ * growth within exact + a page per region + 16 MiB at every checkpoint;
+ * for 6, worst stall <= 2 ms. The floor's worst and p99.9 are printed
+ * beside them, a miss staying a miss. Attention against dense, and the
+ * sessions' prompt held once, are printed but not counted.
+ *
+ * Writes the tables to stdout, and two charts (gnuplot, PNG): committed
+ * memory vs tokens, per-step stall vs tokens (data columns: tokens, then
+ * strategies 1..6, 0, 7).
  *
  * The decoding thread is pinned to CPU 0 (--no-pin: not), as inference
  * engines pin theirs: on two vCPUs the scheduler otherwise moves it onto
  * the CPU where the pool's background thread works, and time-slices them.
  *
- * Usage: kv [--tokens N] [--attn-every N] [--out DIR] [--strategies 1,5]
- *           [--no-pin]
+ * Usage: kv [--tokens N] [--attn-every N] [--work-us N] [--out DIR]
+ *           [--strategies 1,5,7] [--no-pin]
  *        kv --help | --version
  * Exit status: 0, 3 when a target is missed, 2 for a bad option.
+ * KV_DEBUG=1 in the environment: every step over 0.5 ms on stderr, with
+ * its cause and the readings behind it.
  */
 #include "bench.h"
 
@@ -43,6 +70,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -57,31 +85,60 @@
 #define ROW_ELEMS (KVH * HD)
 #define ROW ((size_t)ROW_ELEMS * 2)	/* bf16: 2 KiB */
 #define REGIONS (2 * LAYERS)
-#define NSTRAT 6
+#define NSTRAT 7
+#define MIB ((size_t)1 << 20)
 
 static size_t max_tok = 32768;
 static int attn_every = 64;
+static int work_us = 200;
 static const char *out_dir = "build/bench-kv";
 static bool pin = true;
-static bool run_strat[NSTRAT + 1] = {false, true, true, true, true, true, true};
+/* 0, the floor, is switched on in main when a sparsebuf strategy runs. */
+static bool run_strat[NSTRAT + 1] = {false, true, true, true,
+				     true,  true, true, true};
+
+/* The order of the runs and of the tables' rows: the floor right after
+ * dense, whose memory and per-step write times it reuses. */
+static const int order[NSTRAT + 1] = {1, 0, 2, 3, 4, 5, 6, 7};
+
+static const char *const names[NSTRAT + 1] = {
+	"floor (nothing to grow)",
+	"dense (llama.cpp)",
+	"chunks of 256 (mlx-lm)",
+	"doubling, +1 GiB (llama.cpp patch)",
+	"kernel demand paging",
+	"sparsebuf, prepare ahead",
+	"sparsebuf, on fault only",
+	"core API, sb_buf_map ahead",
+};
+
+static bool is_sparsebuf(int id)
+{
+	return id >= 5;
+}
 
 /* ---- strategies --------------------------------------------------------- */
 
 struct strat {
 	int id;
-	const char *name;
 	size_t cap;		/* positions each region can hold now */
 	char *k[LAYERS], *v[LAYERS];
 	size_t committed;	/* bytes the strategy holds (its accounting) */
-	/* 4: one reservation; 5, 6: sparsebuf */
+	/* 4: one reservation; 5, 6, 7: sparsebuf */
 	char *base;
 	struct sb_pool *pool;
 	struct sb_kv_seq *seq;
-	struct sb_buf *buf;
-	double setup_us;	/* up-front allocation (dense) */
+	double setup_us;	/* up-front allocation (dense, 7) */
+	/* 7: a buffer per region (K of layer l at 2l, V at 2l+1), the pages
+	 * [0, mapped) placed in it, and how many positions ahead of the one
+	 * written its next page is mapped. */
+	struct sb_buf *bufs[REGIONS];
+	size_t mapped[REGIONS];
+	size_t ahead[REGIONS];
+	size_t page, npages;
 };
 
-static long last_prepare;
+static long last_prepare;	/* pages the last grow call placed */
 
 static size_t gib_tokens(void)
 {
@@ -142,6 +199,62 @@ static void grow_copy(struct strat *s, size_t ncap, size_t len)
 	s->committed = ncap * ROW * REGIONS;
 }
 
+static struct sb_pool *new_pool(void)
+{
+	struct sb_pool_opts o;
+	struct sb_pool *pool;
+	int err;
+
+	sb_pool_opts_init(&o);
+	pool = sb_pool_create(&o, &err);
+	if (!pool) {
+		fprintf(stderr, "sb_pool_create: %s\n", strerror(-err));
+		exit(1);
+	}
+	return pool;
+}
+
+/* 7: the core API only, as a client without sparsebuf_kv.h would do it. */
+static void core_init(struct strat *s)
+{
+	size_t len, rows_per_page;
+	struct sb_stats st;
+	double t0;
+	int err;
+
+	s->pool = new_pool();
+	if (sb_pool_stats(s->pool, &st) < 0)
+		abort();
+	s->page = st.page_size;
+	len = (max_tok * ROW + s->page - 1) / s->page * s->page;
+	s->npages = len / s->page;
+	rows_per_page = s->page / ROW;
+	t0 = bench_now_us();
+	for (int g = 0; g < REGIONS; g++) {
+		size_t first = s->npages < 2 ? s->npages : 2;
+
+		s->bufs[g] = sb_buf_create(s->pool, len, 0, &err);
+		if (!s->bufs[g]) {
+			fprintf(stderr, "sb_buf_create: %s\n", strerror(-err));
+			exit(1);
+		}
+		/* The first two pages up front, as dense allocates: the
+		 * lookahead below starts from there. */
+		if (sb_buf_map(s->bufs[g], 0, first * s->page) < 0)
+			abort();
+		s->mapped[g] = first;
+		/* Staggered, so that the 72 regions do not all cross a page
+		 * boundary, and map, at the same step. */
+		s->ahead[g] = 16 + (size_t)g * (rows_per_page / REGIONS);
+	}
+	s->setup_us = bench_now_us() - t0;
+	for (int l = 0; l < LAYERS; l++) {
+		s->k[l] = sb_buf_addr(s->bufs[2 * l]);
+		s->v[l] = sb_buf_addr(s->bufs[2 * l + 1]);
+	}
+	s->cap = max_tok;
+}
+
 static void strat_init(struct strat *s, int id)
 {
 	memset(s, 0, sizeof(*s));
@@ -150,7 +263,6 @@ static void strat_init(struct strat *s, int id)
 	case 1: {
 		double t0 = bench_now_us();
 
-		s->name = "dense (llama.cpp)";
 		s->base = malloc(max_tok * ROW * REGIONS);
 		if (!s->base)
 			abort();
@@ -163,12 +275,9 @@ static void strat_init(struct strat *s, int id)
 	}
 	case 2:
 	case 3:
-		s->name = id == 2 ? "chunks of 256 (mlx-lm)"
-				  : "doubling, +1 GiB (llama.cpp patch)";
 		s->cap = 0;	/* the first grow allocates */
 		break;
 	case 4:
-		s->name = "kernel demand paging";
 		s->base = mmap(NULL, max_tok * ROW * REGIONS,
 			       PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -181,21 +290,12 @@ static void strat_init(struct strat *s, int id)
 	case 6: {
 		struct sb_kv_config cfg = {LAYERS, KVH, HD, SB_KV_BF16,
 					   max_tok, NULL, 0};
-		struct sb_pool_opts o;
 		int err;
 
-		s->name = id == 5 ? "sparsebuf, prepare ahead"
-				  : "sparsebuf, on fault only";
-		sb_pool_opts_init(&o);
-		s->pool = sb_pool_create(&o, &err);
-		if (!s->pool) {
-			fprintf(stderr, "sb_pool_create: %s\n", strerror(-err));
-			exit(1);
-		}
+		s->pool = new_pool();
 		s->seq = sb_kv_create(s->pool, &cfg, &err);
 		if (!s->seq)
 			abort();
-		s->buf = sb_kv_buf(s->seq, 0, 0);
 		for (int l = 0; l < LAYERS; l++) {
 			s->k[l] = sb_kv_k(s->seq, l);
 			s->v[l] = sb_kv_v(s->seq, l);
@@ -203,7 +303,34 @@ static void strat_init(struct strat *s, int id)
 		s->cap = max_tok;
 		break;
 	}
+	case 7:
+		core_init(s);
+		break;
 	}
+}
+
+/* 7: before writing position len, map each region's next page once
+ * len + its lookahead falls in it. */
+static long core_grow(struct strat *s, size_t len)
+{
+	long placed = 0;
+
+	for (int g = 0; g < REGIONS; g++) {
+		size_t want = (len + s->ahead[g]) * ROW / s->page;
+
+		if (want >= s->npages)
+			want = s->npages - 1;
+		while (s->mapped[g] <= want) {
+			long n = sb_buf_map(s->bufs[g], s->mapped[g] * s->page,
+					    s->page);
+
+			if (n < 0)
+				abort();
+			placed += n;
+			s->mapped[g]++;
+		}
+	}
+	return placed;
 }
 
 /* The growth work before writing position len (the decode thread's). */
@@ -226,6 +353,9 @@ static void strat_grow(struct strat *s, size_t len)
 		if ((last_prepare = sb_kv_prepare(s->seq, 1)) < 0)
 			abort();
 		break;
+	case 7:
+		last_prepare = core_grow(s, len);
+		break;
 	default:
 		break;
 	}
@@ -247,11 +377,18 @@ static size_t strat_committed(struct strat *s, size_t len)
 		return (len * ROW + 4095) / 4096 * 4096 * REGIONS;
 	case 5:
 	case 6:
+	case 7:
 		sb_pool_stats(s->pool, &st);
 		return st.pages_used * st.page_size;
 	default:
 		return s->committed;
 	}
+}
+
+/* Region g's buffer (5, 6, 7). */
+static struct sb_buf *strat_buf(struct strat *s, int g)
+{
+	return s->id == 7 ? s->bufs[g] : sb_kv_buf(s->seq, g / 2, g % 2);
 }
 
 static void strat_fini(struct strat *s)
@@ -269,6 +406,11 @@ static void strat_fini(struct strat *s)
 		break;
 	case 4:
 		munmap(s->base, max_tok * ROW * REGIONS);
+		break;
+	case 7:
+		for (int g = 0; g < REGIONS; g++)
+			sb_buf_destroy(s->bufs[g]);
+		sb_pool_destroy(s->pool);
 		break;
 	default:
 		sb_kv_destroy(s->seq);
@@ -295,18 +437,24 @@ static void affinity(bool cpu0)
 	sched_setaffinity(0, sizeof(cpu_set_t), cpu0 ? &one : &all);
 }
 
-static long pss_kib(void)
+/* The process's RSS and PSS (KiB), from one read of smaps_rollup: RSS
+ * counts a page once per mapping that shows it, PSS divides shared pages
+ * between their holders. */
+static void rollup_kib(long *rss, long *pss)
 {
 	char line[256];
-	long v = -1;
+	long v;
 	FILE *f = fopen("/proc/self/smaps_rollup", "r");
 
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "Pss: %ld", &v) == 1)
-			break;
+	*rss = *pss = -1;
+	while (f && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "Rss: %ld", &v) == 1)
+			*rss = v;
+		else if (sscanf(line, "Pss: %ld", &v) == 1)
+			*pss = v;
+	}
 	if (f)
 		fclose(f);
-	return v;
 }
 
 /* Lines of /proc/self/maps inside [lo, lo + len). */
@@ -323,6 +471,83 @@ static long maps_in(const void *lo, size_t len)
 	if (f)
 		fclose(f);
 	return n;
+}
+
+/* Why a step stalled: the first of these that the readings around its
+ * timed region show. */
+enum cause {
+	C_PREEMPT,	/* an involuntary context switch of this thread */
+	C_FAULT,	/* the pool's faults rose: it waited for the handler */
+	C_BLOCKED,	/* a voluntary switch: a lock, a wait */
+	C_SELF_PREP,	/* the pool's sync_prepares rose */
+	C_NONE,		/* nothing this thread or the pool saw */
+	NCAUSE
+};
+
+static const char *const cause_name[NCAUSE] = {
+	"preempted", "page fault (waited for the handler)",
+	"blocked (lock, wait)", "prepared a page itself",
+	"none seen (VM or IRQ)",
+};
+
+static const char *const cause_short[NCAUSE] = {
+	"preempted", "fault", "blocked", "prepared", "none",
+};
+
+/* Steps over this count in the breakdown (and KV_DEBUG prints them). */
+#define SLOW_US 500.0
+
+struct probe {
+	long nivcsw, nvcsw;
+	uint64_t sync_prepares, faults;
+};
+
+static void probe_pool(const struct strat *s, struct probe *p)
+{
+	struct sb_stats st;
+
+	p->sync_prepares = p->faults = 0;
+	if (s->pool && sb_pool_stats(s->pool, &st) == 0) {
+		p->sync_prepares = st.sync_prepares;
+		p->faults = st.faults;
+	}
+}
+
+static void probe_thread(struct probe *p)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_THREAD, &ru);
+	p->nivcsw = ru.ru_nivcsw;
+	p->nvcsw = ru.ru_nvcsw;
+}
+
+/* Before the timed region: the pool first, this thread last; after it:
+ * this thread first. So a switch inside sb_pool_stats (its lock) is never
+ * charged to the step. */
+static void probe_before(const struct strat *s, struct probe *p)
+{
+	probe_pool(s, p);
+	probe_thread(p);
+}
+
+static void probe_after(const struct strat *s, struct probe *p)
+{
+	probe_thread(p);
+	probe_pool(s, p);
+}
+
+static enum cause classify(const struct probe *a, const struct probe *b)
+{
+	if (b->nivcsw > a->nivcsw)
+		return C_PREEMPT;
+	if (b->faults > a->faults)
+		return C_FAULT;
+	if (b->nvcsw > a->nvcsw)
+		return C_BLOCKED;
+	if (b->sync_prepares > a->sync_prepares)
+		return C_SELF_PREP;
+	return C_NONE;
 }
 
 static uint16_t rows_src[REGIONS][ROW_ELEMS];
@@ -391,81 +616,139 @@ static double attention_rate(struct strat *s, size_t len, int reps,
 
 #define NCHECK 4
 static const size_t checkpoints[NCHECK] = {1024, 4096, 16384, 32768};
+#define NTOP 5
 
 struct result {
 	bool ran;
 	double setup_us;
 	double total_growth_us;
-	double worst_us, p99_us;
-	size_t committed[NCHECK];
+	double worst_us, p99_us, p999_us;
+	size_t committed[NCHECK];	/* own accounting */
+	size_t resident[NCHECK];	/* the pool's bytes_resident (5-7) */
+	long rss_kib[NCHECK];		/* growth since the strategy's init */
 	long pss_kib[NCHECK];
+	size_t page_size;		/* the pool's (5, 6, 7) */
 	double attn4k, attn32k;	/* tokens/s */
 	double dense4k, dense32k;	/* dense's, measured in the same pairs */
-	long mappings;		/* kernel mappings of the buffer at the end */
-	size_t worst_at;	/* the step of the worst stall */
+	long mappings;		/* kernel mappings of the buffers at the end */
+	size_t top[NTOP];	/* the steps of the worst stalls, worst first */
+	long ncause[NCAUSE];	/* steps stalled over SLOW_US, by cause */
 	float *stall;		/* (max_tok) us */
+	uint8_t *cause;		/* (max_tok) enum cause of each step */
 	float *mem_mib;		/* (max_tok / 256) committed, MiB */
 };
 
 static struct result res[NSTRAT + 1];
 static float *dense_write;	/* (max_tok) us: writes, no growth */
 
+/* The NTOP worst steps, worst first (the first of equals). */
+static void worst_steps(struct result *r)
+{
+	for (int i = 0; i < NTOP; i++) {
+		size_t best = 0;
+		bool found = false;
+
+		for (size_t t = 0; t < max_tok; t++) {
+			bool taken = false;
+
+			for (int j = 0; j < i; j++)
+				taken |= r->top[j] == t;
+			if (taken || (found && r->stall[t] <= r->stall[best]))
+				continue;
+			best = t;
+			found = true;
+		}
+		r->top[i] = best;
+	}
+}
+
 static void run(int id)
 {
-	struct strat local, *sp = id == 1 ? &dense_kept : &local;
+	/* The floor (0) runs over dense's cache as it is, written. */
+	struct strat local, *sp = id <= 1 ? &dense_kept : &local;
 #define s (*sp)
 	struct result *r = &res[id];
-	long pss0 = pss_kib();
+	bool debug = getenv("KV_DEBUG") != NULL;
+	long rss0, pss0;
 	size_t nsamples = max_tok / 256 + 1;
 	double *sorted;
 
 	r->stall = calloc(max_tok, sizeof(float));
+	r->cause = calloc(max_tok, sizeof(uint8_t));
 	r->mem_mib = calloc(nsamples, sizeof(float));
 	sorted = calloc(max_tok, sizeof(double));
-	if (!r->stall || !r->mem_mib || !sorted)
+	if (!r->stall || !r->cause || !r->mem_mib || !sorted)
 		abort();
+	last_prepare = 0;	/* not the previous strategy's */
+	rollup_kib(&rss0, &pss0);
 	/* The strategy's threads (a pool's) start with every CPU; then the
 	 * decoding thread goes to CPU 0 (see the top comment). */
 	affinity(false);
-	strat_init(&s, id);
+	if (id != 0)
+		strat_init(&s, id);
 	if (pin)
 		affinity(true);
-	r->setup_us = s.setup_us;
-	fprintf(stderr, "  %-36s", s.name);
+	r->setup_us = id != 0 ? s.setup_us : 0;
+	fprintf(stderr, "  %-36s", names[id]);
 	for (size_t t = 0; t < max_tok; t++) {
-		double t0 = bench_now_us(), dt, t_grow;
+		struct probe p0, p1;
+		double t0, dt, t_grow, stall;
+		enum cause why;
 
+		probe_before(&s, &p0);
+		t0 = bench_now_us();
 		strat_grow(&s, t);
 		t_grow = bench_now_us() - t0;
 		write_token(&s, t);
 		dt = bench_now_us() - t0;
-		if (getenv("KV_DEBUG") && dt > 500) {
-			fprintf(stderr, "\n step %zu: %.0f us (grow %.0f), last "
-				"prepare placed %ld", t, dt, t_grow,
-				last_prepare);
+		probe_after(&s, &p1);
+		why = classify(&p0, &p1);
+		if (debug && dt > SLOW_US) {
+			fprintf(stderr, "\n step %zu: %.0f us (grow %.0f), "
+				"last prepare placed %ld, %s (involuntary +%ld, "
+				"voluntary +%ld, sync prepares +%llu, faults "
+				"+%llu)", t, dt, t_grow, last_prepare,
+				cause_name[why], p1.nivcsw - p0.nivcsw,
+				p1.nvcsw - p0.nvcsw,
+				(unsigned long long)(p1.sync_prepares -
+						     p0.sync_prepares),
+				(unsigned long long)(p1.faults - p0.faults));
 		}
 		strat_commit(&s);
 		if (id == 1)
 			dense_write[t] = (float)dt;
 		/* Growth: what this step cost beyond the plain writes. */
-		dt -= dense_write[t];
-		r->stall[t] = (float)(dt > 0 ? dt : 0);
+		stall = dt - dense_write[t];
+		r->stall[t] = (float)(stall > 0 ? stall : 0);
+		r->cause[t] = (uint8_t)why;
+		if (r->stall[t] > SLOW_US)
+			r->ncause[why]++;
 		r->total_growth_us += r->stall[t];
+		/* The rest of a decode step: room for background work. */
+		if (work_us)
+			bench_compute(work_us);
+		/* The floor grows nothing: it holds no memory of its own. */
 		if ((t + 1) % 256 == 0 || t == 0)
 			r->mem_mib[(t + 1) / 256] =
-				(float)strat_committed(&s, t + 1) / (1 << 20);
+				id ? (float)strat_committed(&s, t + 1) / MIB
+				   : 0;
 		for (int c = 0; c < NCHECK; c++) {
-			if (t + 1 == checkpoints[c]) {
-				r->committed[c] = strat_committed(&s, t + 1);
-				r->pss_kib[c] = pss_kib() - pss0;
-			}
+			struct sb_stats st;
+			long rss, pss;
+
+			if (t + 1 != checkpoints[c])
+				continue;
+			r->committed[c] = id ? strat_committed(&s, t + 1) : 0;
+			if (s.pool && sb_pool_stats(s.pool, &st) == 0)
+				r->resident[c] = st.bytes_resident;
+			rollup_kib(&rss, &pss);
+			r->rss_kib[c] = rss - rss0;
+			r->pss_kib[c] = pss - pss0;
 		}
 		if (attn_every && (t + 1) % (size_t)attn_every == 0)
 			attention_all_layers(&s, t + 1);
 		if (t + 1 == 4096 || t + 1 == max_tok) {
-			double rate;
-
-			double drate;
+			double rate, drate;
 
 			/* Measured with the machine quiet: the same pause for
 			 * every strategy lets background work finish. */
@@ -483,19 +766,19 @@ static void run(int id)
 		if ((t + 1) % 4096 == 0)
 			fputc('.', stderr);
 	}
-	if (s.buf) {
+	if (s.pool) {
 		struct sb_stats st;
 
 		/* Mappings of every region's buffer. */
 		r->mappings = 0;
-		for (int l = 0; l < LAYERS; l++)
-			for (int v = 0; v < 2; v++) {
-				struct sb_buf *b = sb_kv_buf(s.seq, l, v);
+		for (int g = 0; g < REGIONS; g++) {
+			struct sb_buf *b = strat_buf(&s, g);
 
-				r->mappings += maps_in(sb_buf_addr(b),
-						       sb_buf_length(b));
-			}
+			r->mappings += maps_in(sb_buf_addr(b),
+					       sb_buf_length(b));
+		}
 		sb_pool_stats(s.pool, &st);
+		r->page_size = st.page_size;
 		fprintf(stderr, " [placed %llu, faults %llu, caller-prepared "
 			"%llu, ready %zu, resident %zu MiB]",
 			(unsigned long long)(st.maps + st.fault_places),
@@ -507,16 +790,12 @@ static void run(int id)
 		sorted[t] = r->stall[t];
 	qsort(sorted, max_tok, sizeof(double), cmp_double);
 	r->worst_us = sorted[max_tok - 1];
-	for (size_t t = 0; t < max_tok; t++) {
-		if (r->stall[t] == (float)r->worst_us) {
-			r->worst_at = t;
-			break;
-		}
-	}
 	r->p99_us = sorted[max_tok * 99 / 100];
+	r->p999_us = sorted[max_tok * 999 / 1000];
+	worst_steps(r);
 	free(sorted);
-	if (id != 1)
-		strat_fini(&s);	/* dense stays for the attention pairs */
+	if (id > 1)
+		strat_fini(&s);	/* dense stays for the pairs and the floor */
 	r->ran = true;
 #undef s
 	fprintf(stderr, " done\n");
@@ -618,6 +897,10 @@ static void sessions_table(void)
 
 /* ---- output --------------------------------------------------------------------- */
 
+/* The data files' columns after the tokens: 1..6 as they always were, then
+ * the later additions, so that older plots of the files still read. */
+static const int data_cols[NSTRAT + 1] = {1, 2, 3, 4, 5, 6, 0, 7};
+
 static void charts(void)
 {
 	char path[512], cmd[1024];
@@ -630,8 +913,11 @@ static void charts(void)
 	f = fopen(path, "w");
 	for (size_t i = 0; f && i <= max_tok / 256; i++) {
 		fprintf(f, "%zu", i * 256);
-		for (int id = 1; id <= NSTRAT; id++)
-			fprintf(f, " %.1f", res[id].ran ? res[id].mem_mib[i] : 0);
+		for (int c = 0; c <= NSTRAT; c++) {
+			struct result *r = &res[data_cols[c]];
+
+			fprintf(f, " %.1f", r->ran ? r->mem_mib[i] : 0);
+		}
 		fprintf(f, "\n");
 	}
 	if (f)
@@ -640,9 +926,12 @@ static void charts(void)
 	f = fopen(path, "w");
 	for (size_t t = 0; f && t < max_tok; t++) {
 		fprintf(f, "%zu", t + 1);
-		for (int id = 1; id <= NSTRAT; id++)
+		for (int c = 0; c <= NSTRAT; c++) {
+			struct result *r = &res[data_cols[c]];
+
 			fprintf(f, " %.2f",
-				res[id].ran ? (double)res[id].stall[t] + 0.1 : 0.1);
+				r->ran ? (double)r->stall[t] + 0.1 : 0.1);
+		}
 		fprintf(f, "\n");
 	}
 	if (f)
@@ -658,16 +947,297 @@ static void charts(void)
 		       out_dir);
 }
 
-enum { OPT_TOKENS = 1, OPT_ATTN, OPT_OUT, OPT_NO_PIN, OPT_STRAT };
+/* The last checkpoint the run reached. */
+static int last_check(void)
+{
+	int last = 0;
+
+	for (int c = 0; c < NCHECK; c++)
+		if (checkpoints[c] <= max_tok)
+			last = c;
+	return last;
+}
+
+static void memory_tables(void)
+{
+	int lc = last_check();
+	double exact = (double)(checkpoints[lc] * ROW * REGIONS) / MIB;
+
+	printf("\n%-36s", "committed memory (own accounting)");
+	for (int c = 0; c < NCHECK; c++)
+		if (checkpoints[c] <= max_tok)
+			printf(" %9zuk", checkpoints[c] / 1024);
+	printf("   PSS at the end\n");
+	for (int i = 0; i <= NSTRAT; i++) {
+		int id = order[i];
+
+		if (!res[id].ran || id == 0)
+			continue;
+		printf("%-36s", names[id]);
+		for (int c = 0; c < NCHECK; c++)
+			if (checkpoints[c] <= max_tok)
+				printf(" %7.0f MiB",
+				       (double)res[id].committed[c] / MIB);
+		printf("   %7.0f MiB\n", (double)res[id].pss_kib[lc] / 1024);
+	}
+	printf("%-36s", "exact bytes");
+	for (int c = 0; c < NCHECK; c++)
+		if (checkpoints[c] <= max_tok)
+			printf(" %7.0f MiB",
+			       (double)(checkpoints[c] * ROW * REGIONS) / MIB);
+	printf("\n");
+
+	/* The same memory seen three ways: what the strategy says it holds,
+	 * what the pool holds (its ready reserve too), what the kernel
+	 * charges the process (RSS counts a page once per mapping showing
+	 * it; PSS splits shared pages). */
+	printf("\n%-36s %9s %9s %9s %9s %9s\n", "memory at the end (MiB)",
+	       "exact", "own", "pool res", "RSS grew", "PSS grew");
+	printf("(at %zuk tokens; growth of the process since the strategy "
+	       "started)\n", checkpoints[lc] / 1024);
+	for (int i = 0; i <= NSTRAT; i++) {
+		int id = order[i];
+		struct result *r = &res[id];
+		char pool[16] = "-";
+
+		if (!r->ran || id == 0)
+			continue;
+		if (is_sparsebuf(id))
+			snprintf(pool, sizeof(pool), "%.0f",
+				 (double)r->resident[lc] / MIB);
+		printf("%-36s %9.0f %9.0f %9s %9.0f %9.0f\n", names[id], exact,
+		       (double)r->committed[lc] / MIB, pool,
+		       (double)r->rss_kib[lc] / 1024,
+		       (double)r->pss_kib[lc] / 1024);
+	}
+}
+
+static void growth_table(void)
+{
+	printf("\nattention over all %d layers, dense: %.1f tokens/s at 4k "
+	       "(%.1f GB/s of KV), %.1f tokens/s at %zuk (%.1f GB/s)\n",
+	       LAYERS, res[1].attn4k,
+	       res[1].attn4k * 4096.0 * ROW * REGIONS / 1e9, res[1].attn32k,
+	       max_tok / 1024,
+	       res[1].attn32k * (double)max_tok * ROW * REGIONS / 1e9);
+	printf("\n%-36s %9s %9s %9s %9s %9s %8s %8s %6s\n",
+	       "growth on the decode thread", "setup ms", "total ms",
+	       "worst ms", "p99 ms", "p99.9 ms", "attn 4k", "attn end",
+	       "maps");
+	printf("(attention: tokens/s relative to the dense cache, measured in "
+	       "alternation with it; %d us of untimed work a step)\n", work_us);
+	for (int i = 0; i <= NSTRAT; i++) {
+		int id = order[i];
+		struct result *r = &res[id];
+
+		if (!r->ran)
+			continue;
+		printf("%-36s %9.1f %9.1f %9.3f %9.3f %9.3f %7.3fx %7.3fx "
+		       "%6ld\n", names[id], r->setup_us / 1e3,
+		       r->total_growth_us / 1e3, r->worst_us / 1e3,
+		       r->p99_us / 1e3, r->p999_us / 1e3,
+		       r->attn4k / r->dense4k, r->attn32k / r->dense32k,
+		       r->mappings);
+	}
+}
+
+/* The floor and the sparsebuf strategies: the ones whose stalls ask for
+ * an explanation. */
+static bool explained(int id)
+{
+	return id == 0 || is_sparsebuf(id);
+}
+
+static void stall_causes(void)
+{
+	bool any = false;
+
+	for (int id = 0; id <= NSTRAT; id++)
+		any |= explained(id) && res[id].ran;
+	if (!any)
+		return;
+	printf("\n%-36s %9s", "steps stalled over 0.5 ms, by cause",
+	       "all");
+	for (int c = 0; c < NCAUSE; c++)
+		printf(" %9s", cause_short[c]);
+	printf("\n");
+	for (int i = 0; i <= NSTRAT; i++) {
+		int id = order[i];
+		long all = 0;
+
+		if (!explained(id) || !res[id].ran)
+			continue;
+		for (int c = 0; c < NCAUSE; c++)
+			all += res[id].ncause[c];
+		printf("%-36s %9ld", names[id], all);
+		for (int c = 0; c < NCAUSE; c++)
+			printf(" %9ld", res[id].ncause[c]);
+		printf("\n");
+	}
+	printf("(the first cause the readings around the step show, in this "
+	       "order: ");
+	for (int c = 0; c < NCAUSE; c++)
+		printf("%s%s", c ? "; " : "", cause_name[c]);
+	printf(")\n");
+
+	printf("\nworst %d stalls (step: ms, cause)\n", NTOP);
+	for (int i = 0; i <= NSTRAT; i++) {
+		int id = order[i];
+		struct result *r = &res[id];
+
+		if (!explained(id) || !r->ran)
+			continue;
+		printf("%-36s", names[id]);
+		for (int j = 0; j < NTOP; j++) {
+			size_t t = r->top[j];
+
+			printf(" %zu: %.3f %s%s", t, r->stall[t] / 1e3,
+			       cause_short[r->cause[t]],
+			       j < NTOP - 1 ? "," : "\n");
+		}
+	}
+}
+
+static const char *pass(bool ok)
+{
+	return ok ? "PASS" : "FAIL";
+}
+
+/* The floor's worst, beside a strategy's, when the floor itself is above
+ * a millisecond: then the VM's hiccups are as large as the target. */
+static void floor_beside(void)
+{
+	if (res[0].ran && res[0].worst_us > 1000)
+		printf(" (floor worst %.3f ms)", res[0].worst_us / 1e3);
+}
+
+/* Targets of a strategy placing ahead of use (5, 7); returns the misses. */
+static int targets_ahead(int id)
+{
+	struct result *s = &res[id];
+	size_t one_page = REGIONS * s->page_size;	/* a page per region */
+	size_t bound_extra = one_page + 16 * MIB;
+	int cm = 0, cr = 0, cs = 0, fails = 0;
+	bool mem_ok = true, res_ok = true, rss_ok = true;
+	bool worst_ok = s->worst_us <= 1000;
+	bool tail_ok = s->p999_us <= 200;
+	bool total_ok = !res[4].ran ||
+			s->total_growth_us <= 0.15 * res[4].total_growth_us;
+
+	/* Every checkpoint counts; the figures shown are those of the one
+	 * nearest to (or furthest past) its bound. */
+	for (int c = 0; c < NCHECK && checkpoints[c] <= max_tok; c++) {
+		double exact = (double)(checkpoints[c] * ROW * REGIONS);
+		double rss = (double)s->rss_kib[c] * 1024;
+
+		if (s->committed[c] > exact + one_page)
+			mem_ok = false;
+		if (s->resident[c] > exact + bound_extra)
+			res_ok = false;
+		if (rss > exact + bound_extra)
+			rss_ok = false;
+		if ((double)s->committed[c] - exact >
+		    (double)s->committed[cm] -
+			    (double)(checkpoints[cm] * ROW * REGIONS))
+			cm = c;
+		if ((double)s->resident[c] - exact >
+		    (double)s->resident[cr] -
+			    (double)(checkpoints[cr] * ROW * REGIONS))
+			cr = c;
+		if (rss - exact > (double)s->rss_kib[cs] * 1024 -
+					  (double)(checkpoints[cs] * ROW *
+						   REGIONS))
+			cs = c;
+	}
+	printf("\ntargets for %s (%d):\n", names[id], id);
+	printf("  %-58s %.0f <= %.0f MiB at %zuk: %s\n",
+	       "committed within one page per K and per V per layer",
+	       (double)s->committed[cm] / MIB,
+	       (double)(checkpoints[cm] * ROW * REGIONS + one_page) / MIB,
+	       checkpoints[cm] / 1024, pass(mem_ok));
+	printf("  %-58s %.0f <= %.0f MiB at %zuk: %s\n",
+	       "pool resident <= exact + a page per region + 16 MiB",
+	       (double)s->resident[cr] / MIB,
+	       (double)(checkpoints[cr] * ROW * REGIONS + bound_extra) / MIB,
+	       checkpoints[cr] / 1024, pass(res_ok));
+	printf("  %-58s %.0f <= %.0f MiB at %zuk: %s\n",
+	       "RSS growth <= the same (each placed page counted once)",
+	       (double)s->rss_kib[cs] / 1024,
+	       (double)(checkpoints[cs] * ROW * REGIONS + bound_extra) / MIB,
+	       checkpoints[cs] / 1024, pass(rss_ok));
+	printf("  %-58s %.3f ms (step %zu)", "worst stall <= 1 ms",
+	       s->worst_us / 1e3, s->top[0]);
+	floor_beside();
+	printf(": %s\n", pass(worst_ok));
+	printf("  %-58s %.3f ms: %s\n", "p99.9 stall <= 0.2 ms",
+	       s->p999_us / 1e3, pass(tail_ok));
+	if (res[4].ran)
+		printf("  %-58s %.3fx (%.1f vs %.1f ms): %s\n",
+		       "total growth time <= 0.15x kernel demand paging's",
+		       s->total_growth_us / res[4].total_growth_us,
+		       s->total_growth_us / 1e3,
+		       res[4].total_growth_us / 1e3, pass(total_ok));
+	else
+		printf("  %-58s not measured (4 did not run)\n",
+		       "total growth time <= 0.15x kernel demand paging's");
+	/* Attention speed is another issue's: shown, not counted. */
+	printf("  %-58s %.3fx, %.3fx: info\n",
+	       "attention at 4k and at the end >= 0.98x dense (paired)",
+	       s->attn4k / s->dense4k, s->attn32k / s->dense32k);
+	fails += !mem_ok + !res_ok + !rss_ok + !worst_ok + !tail_ok +
+		 !total_ok;
+	return fails;
+}
+
+static int targets(void)
+{
+	int fails = 0;
+
+	if (res[0].ran) {
+		printf("\nnoise floor: worst %.3f ms, p99.9 %.3f ms\n",
+		       res[0].worst_us / 1e3, res[0].p999_us / 1e3);
+		if (res[0].worst_us > 1000)
+			printf("floor above 1 ms in this run: stalls and floor "
+			       "side by side\n");
+	}
+	if (res[5].ran)
+		fails += targets_ahead(5);
+	if (res[6].ran) {
+		bool ok = res[6].worst_us <= 2000;
+
+		printf("\ntargets for %s (6):\n", names[6]);
+		printf("  %-58s %.3f ms (step %zu)", "worst stall <= 2 ms",
+		       res[6].worst_us / 1e3, res[6].top[0]);
+		floor_beside();
+		printf(": %s\n", pass(ok));
+		fails += !ok;
+	}
+	if (res[7].ran)
+		fails += targets_ahead(7);
+	return fails;
+}
+
+enum {
+	OPT_TOKENS = 1,
+	OPT_ATTN,
+	OPT_WORK,
+	OPT_OUT,
+	OPT_NO_PIN,
+	OPT_STRAT
+};
 
 static const struct sbc_opt opts[] = {
 	{OPT_TOKENS, "--tokens", "N", "tokens to grow to: a multiple of 256, "
 				      "4096 or more (default 32768)"},
 	{OPT_ATTN, "--attn-every", "N", "run attention every N steps "
 					"(default 64)"},
+	{OPT_WORK, "--work-us", "N", "untimed work after each step's writes, "
+				     "in microseconds (default 200)"},
 	{OPT_OUT, "--out", "DIR", "charts and data (default build/bench-kv)"},
-	{OPT_STRAT, "--strategies", "1,5", "which of the six to run (1, the "
-					   "baseline, always runs)"},
+	{OPT_STRAT, "--strategies", "1,5,7", "which of 0..7 to run (1, the "
+					     "baseline, always runs; 0, the "
+					     "noise floor, runs with any of "
+					     "5, 6, 7)"},
 	{OPT_NO_PIN, "--no-pin", NULL, "leave the decoding thread unpinned"},
 	{0},
 };
@@ -677,15 +1247,23 @@ static void parse(int argc, char **argv)
 	struct sbc cli = {
 		.prog = "kv",
 		.usage = "[options]",
-		.about = "A KV cache grown token by token six ways (dense, "
-			 "chunks, doubling, kernel demand\npaging, sparsebuf "
-			 "ahead, sparsebuf on fault), Qwen3-4B geometry; a "
-			 "table with\ntargets on stdout, charts under --out. "
-			 "Exit status 3 when a target is missed.",
+		.about = "A KV cache grown token by token seven ways (1 dense, "
+			 "2 chunks, 3 doubling,\n4 kernel demand paging, "
+			 "5 sparsebuf ahead, 6 sparsebuf on fault, 7 the core "
+			 "API\nmapping ahead), plus 0, a noise floor (dense's "
+			 "loop again, nothing to grow),\nQwen3-4B geometry; "
+			 "each step's writes timed, then --work-us of untimed "
+			 "work.\nTables with targets on stdout (5 and 7: worst "
+			 "stall <= 1 ms, p99.9 <= 0.2 ms,\ntotal growth <= "
+			 "0.15x demand paging's, pool resident and RSS growth "
+			 "within\nexact + a page per region + 16 MiB; 6: worst "
+			 "stall <= 2 ms), charts under --out.\nExit status 3 "
+			 "when a target is missed. KV_DEBUG=1: steps over 0.5 "
+			 "ms on stderr.",
 		.opts = opts,
 	};
 	const char *v;
-	long long ids[NSTRAT];
+	long long ids[NSTRAT + 1];
 	int opt, n;
 
 	sbc_init(&cli, argc, argv);
@@ -702,6 +1280,9 @@ static void parse(int argc, char **argv)
 		case OPT_ATTN:
 			attn_every = (int)sbc_int(&cli, v, 1, 1 << 22);
 			break;
+		case OPT_WORK:
+			work_us = (int)sbc_int(&cli, v, 0, 1000000);
+			break;
 		case OPT_OUT:
 			out_dir = v;
 			break;
@@ -709,7 +1290,7 @@ static void parse(int argc, char **argv)
 			pin = false;
 			break;
 		case OPT_STRAT:
-			n = sbc_list(&cli, v, 1, NSTRAT, ids, NSTRAT);
+			n = sbc_list(&cli, v, 0, NSTRAT, ids, NSTRAT + 1);
 			memset(run_strat, 0, sizeof(run_strat));
 			run_strat[1] = true;	/* the baseline */
 			for (int i = 0; i < n; i++)
@@ -717,6 +1298,9 @@ static void parse(int argc, char **argv)
 			break;
 		}
 	}
+	/* Sparsebuf's stalls are read against the machine's own. */
+	for (int id = 5; id <= NSTRAT; id++)
+		run_strat[0] |= run_strat[id];
 }
 
 int main(int argc, char **argv)
@@ -752,12 +1336,15 @@ int main(int argc, char **argv)
 	for (int i = 0; i < NH * HD; i++)
 		q[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
 	dense_write = calloc(max_tok, sizeof(float));
+	if (!dense_write)
+		abort();
 
 	printf("KV cache growth, Qwen3-4B geometry (%d layers, %d KV heads, "
-	       "head dim %d, bf16: %zu KiB per token), %zu tokens, attention "
-	       "over every layer every %d steps, kernels: %s x %d threads\n",
-	       LAYERS, KVH, HD, ROW * REGIONS / 1024, max_tok, attn_every,
-	       sbk_isa_name(sbk_get_isa()), sbk_get_threads());
+	       "head dim %d, bf16: %zu KiB per token), %zu tokens, %d us of "
+	       "untimed work a step, attention over every layer every %d "
+	       "steps, kernels: %s x %d threads\n",
+	       LAYERS, KVH, HD, ROW * REGIONS / 1024, max_tok, work_us,
+	       attn_every, sbk_isa_name(sbk_get_isa()), sbk_get_threads());
 	/* Start the kernels' worker threads now, from an unpinned thread, so
 	 * that they keep every CPU (one attention pass over a scratch cache
 	 * large enough to run in parallel). */
@@ -770,109 +1357,14 @@ int main(int argc, char **argv)
 		free(scratch);
 	}
 	fprintf(stderr, "running (dots: 4096 tokens):\n");
-	for (int id = 1; id <= NSTRAT; id++)
-		if (run_strat[id])
-			run(id);
+	for (int i = 0; i <= NSTRAT; i++)
+		if (run_strat[order[i]])
+			run(order[i]);
 
-	printf("\n%-36s", "committed memory (own accounting)");
-	for (int c = 0; c < NCHECK; c++)
-		if (checkpoints[c] <= max_tok)
-			printf(" %9zuk", checkpoints[c] / 1024);
-	printf("   PSS at the end\n");
-	for (int id = 1; id <= NSTRAT; id++) {
-		if (!res[id].ran)
-			continue;
-		printf("%-36s", id == 5 ? "sparsebuf, prepare ahead" :
-				id == 6	? "sparsebuf, on fault only" :
-				id == 1	? "dense (llama.cpp)" :
-				id == 2	? "chunks of 256 (mlx-lm)" :
-				id == 3	? "doubling, +1 GiB (llama.cpp patch)" :
-					  "kernel demand paging");
-		for (int c = 0; c < NCHECK; c++)
-			if (checkpoints[c] <= max_tok)
-				printf(" %7.0f MiB",
-				       (double)res[id].committed[c] / (1 << 20));
-		for (int c = NCHECK - 1; c >= 0; c--) {
-			if (checkpoints[c] <= max_tok) {
-				printf("   %7.0f MiB\n",
-				       (double)res[id].pss_kib[c] / 1024);
-				break;
-			}
-		}
-	}
-	{
-		/* Exact bytes and the target: within one page per region. */
-		printf("%-36s", "exact bytes");
-		for (int c = 0; c < NCHECK; c++)
-			if (checkpoints[c] <= max_tok)
-				printf(" %7.0f MiB",
-				       (double)(checkpoints[c] * ROW * REGIONS) /
-					       (1 << 20));
-		printf("\n");
-	}
-
-	printf("\nattention over all %d layers, dense: %.1f tokens/s at 4k "
-	       "(%.1f GB/s of KV), %.1f tokens/s at %zuk (%.1f GB/s)\n",
-	       LAYERS, res[1].attn4k,
-	       res[1].attn4k * 4096.0 * ROW * REGIONS / 1e9, res[1].attn32k,
-	       max_tok / 1024,
-	       res[1].attn32k * (double)max_tok * ROW * REGIONS / 1e9);
-	printf("\n%-36s %10s %10s %10s %10s %9s %9s %6s\n", "growth on the "
-	       "decode thread", "setup ms", "total ms", "worst ms", "p99 ms",
-	       "attn 4k", "attn end", "maps");
-	printf("(attention: tokens/s relative to the dense cache, measured in "
-	       "alternation with it)\n");
-	for (int id = 1; id <= NSTRAT; id++) {
-		struct result *r = &res[id];
-
-		if (!r->ran)
-			continue;
-		printf("%-36s %10.1f %10.1f %10.3f %10.3f %8.3fx %8.3fx %6ld\n",
-		       id == 5 ? "sparsebuf, prepare ahead" :
-		       id == 6 ? "sparsebuf, on fault only" :
-		       id == 1 ? "dense (llama.cpp)" :
-		       id == 2 ? "chunks of 256 (mlx-lm)" :
-		       id == 3 ? "doubling, +1 GiB (llama.cpp patch)" :
-				 "kernel demand paging",
-		       r->setup_us / 1e3, r->total_growth_us / 1e3,
-		       r->worst_us / 1e3, r->p99_us / 1e3,
-		       r->attn4k / r->dense4k, r->attn32k / r->dense32k,
-		       r->mappings);
-	}
-
-	if (res[5].ran) {
-		struct result *s = &res[5];
-		size_t slack = REGIONS * 256 * 1024;	/* one page per region */
-		bool mem_ok = true;
-		bool worst_ok = s->worst_us < 1000 &&
-				(!res[3].ran || s->worst_us <= 0.1 * res[3].worst_us);
-		bool total_ok = !res[4].ran ||
-				s->total_growth_us <= 0.25 * res[4].total_growth_us;
-		bool attn_ok = s->attn4k >= 0.98 * s->dense4k &&
-			       s->attn32k >= 0.98 * s->dense32k;
-
-		for (int c = 0; c < NCHECK; c++)
-			if (checkpoints[c] <= max_tok &&
-			    s->committed[c] > checkpoints[c] * ROW * REGIONS + slack)
-				mem_ok = false;
-		printf("\ntargets for sparsebuf with prepare:\n");
-		printf("  %-58s %s\n", "committed within one page per K and per V "
-		       "per layer", mem_ok ? "PASS" : "FAIL");
-		printf("  %-58s %.3f ms (step %zu) vs %.1f ms: %s\n",
-		       "worst stall < 1 ms and <= 0.1x doubling's",
-		       s->worst_us / 1e3, s->worst_at,
-		       res[3].ran ? res[3].worst_us / 1e3 : 0,
-		       worst_ok ? "PASS" : "FAIL");
-		printf("  %-58s %.2fx: %s\n",
-		       "total growth time <= 0.25x kernel demand paging's",
-		       res[4].ran ? s->total_growth_us / res[4].total_growth_us : 0,
-		       total_ok ? "PASS" : "FAIL");
-		printf("  %-58s %.3fx, %.3fx: %s\n",
-		       "attention at 4k and 32k >= 0.98x dense (paired runs)",
-		       s->attn4k / s->dense4k, s->attn32k / s->dense32k,
-		       attn_ok ? "PASS" : "FAIL");
-		fails += !mem_ok + !worst_ok + !total_ok + !attn_ok;
-	}
+	memory_tables();
+	growth_table();
+	stall_causes();
+	fails += targets();
 	if (res[1].ran)
 		strat_fini(&dense_kept);
 	sessions_table();

@@ -181,6 +181,8 @@ static int make_private(struct sb_buf *buf, size_t idx)
 		return r;
 	memcpy(sbi_pid_mem(pool, pid), sbi_pid_mem(pool, old),
 	       pool->page_size);
+	sbi_pid_unmap_pool(pool, pid);
+	sbi_pid_unmap_pool(pool, old);
 	/* The new mapping shows the same bytes: a touch meanwhile reads
 	 * them, and a write (the old one was write-protected) lands in the
 	 * copy, before the protection of step 1. */
@@ -262,6 +264,9 @@ static long write_pages(struct sb_buf *buf, const size_t *idx, size_t n)
 		for (size_t k = 0; k < nio; k++)
 			sbi_io_put(d->io, ios[k]);
 	}
+	/* Written from (and checksummed through) the pool side. */
+	for (size_t k = 0; k < nio; k++)
+		sbi_pid_unmap_pool(pool, sbi_pte_pid(buf->pte[idx[k]]) - 1);
 	if (r < 0) {
 		/* Lift the protection (waking blocked writers): the pages
 		 * stay as they were. */

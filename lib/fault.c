@@ -210,6 +210,8 @@ static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
 	if (r == 0) {
 		memcpy(sbi_pid_mem(pool, pid), sbi_pid_mem(pool, old),
 		       pool->page_size);
+		sbi_pid_unmap_pool(pool, pid);
+		sbi_pid_unmap_pool(pool, old);
 
 		r = sbi_vma_place(buf, idx, 1, pid, false);
 		if (r < 0)

@@ -137,14 +137,21 @@ enum { SBI_RBIT_COLD = 0, SBI_RBIT_REF = 1, SBI_RBIT_HOT = 2 };
 struct sbi_heap *sbi_heap_create(size_t heap_size, size_t page_size,
 				 int numa_node, int *err);
 void sbi_heap_destroy(struct sbi_heap *heap, size_t page_size);
-/* Allocate physical memory for pages [idx, idx+n): returns 0 or -ENOMEM /
- * -ENOSPC without crashing, unlike a fault that fails to allocate. */
-int sbi_heap_back(struct sbi_heap *heap, uint32_t idx, uint32_t n,
+/* Make pages [idx, idx+n) hold zeros, allocating what has no memory yet:
+ * written through the file (pwrite), never through a mapping, so that no
+ * page-table entry is made on the pool's side and the mmap lock is never
+ * taken. Returns 0, or -ENOMEM when memory cannot be had (a fault that
+ * cannot allocate would raise SIGBUS instead); pages may then be partly
+ * allocated (punch them). */
+int sbi_heap_zero(struct sbi_heap *heap, uint32_t idx, uint32_t n,
 		  size_t page_size);
-/* Make a backed range read as zeros. fresh: just allocated (fault it in
- * and let the kernel zero); else overwrite old contents. */
-void sbi_heap_zero(struct sbi_heap *heap, uint32_t idx, uint32_t n,
-		   size_t page_size, bool fresh);
+/* Drop the pool side's page-table entries of pages [idx, idx+n) after the
+ * library read or wrote them through sbi_pid_mem: a page placed in a buffer
+ * is then mapped once, and the process's RSS counts it once. The data
+ * stays (shmem); a concurrent access through the pool side faults the
+ * entry back in. */
+void sbi_heap_unmap_pool(struct sbi_heap *heap, uint32_t idx, uint32_t n,
+			 size_t page_size);
 /* Give the physical memory back (hole punch). */
 void sbi_heap_punch(struct sbi_heap *heap, uint32_t idx, uint32_t n,
 		    size_t page_size);
@@ -215,6 +222,8 @@ struct sb_pool {
 	size_t ready_min, ready_max;
 	size_t ready_floor;	/* sb_pool_reserve: target never below */
 	size_t misses;		/* sync prepares since the last tick */
+	/* The target stays within max(ready_max, ready_floor): the adaptive
+	 * part never adds to an explicit floor. */
 	unsigned quiet_ticks;	/* ticks in a row without a miss */
 	/* sb_buf_prefetch requests, served by the ready thread first. Their
 	 * own lock, held for a push or a pop only: the thread that queues
@@ -256,6 +265,13 @@ static inline void sbi_count(_Atomic uint64_t *c, uint64_t n)
 	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }
 
+/* The most pages the ready reserve may aim for; pool->lock held. */
+static inline size_t sbi_ready_cap(const struct sb_pool *pool)
+{
+	return pool->ready_floor > pool->ready_max ? pool->ready_floor
+						   : pool->ready_max;
+}
+
 static inline struct sbi_heap *sbi_pid_heap(struct sb_pool *pool, sbi_pid p)
 {
 	return pool->heaps[p / pool->pages_per_heap];
@@ -270,6 +286,14 @@ static inline char *sbi_pid_mem(struct sb_pool *pool, sbi_pid p)
 {
 	return sbi_pid_heap(pool, p)->map +
 	       ((size_t)sbi_pid_index(pool, p) << pool->page_shift);
+}
+
+/* The pool side's page-table entries of page p dropped (sbi_heap_unmap_pool):
+ * after every access through sbi_pid_mem. */
+static inline void sbi_pid_unmap_pool(struct sb_pool *pool, sbi_pid p)
+{
+	sbi_heap_unmap_pool(sbi_pid_heap(pool, p), sbi_pid_index(pool, p), 1,
+			    pool->page_size);
 }
 
 /* ---- process.c: per-process state, fork, the default pool -----------------*/

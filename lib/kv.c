@@ -37,7 +37,6 @@ struct sb_kv_seq {
 	size_t *asked;		/* (nregions) bytes asked of the prefetcher */
 	struct sb_range *ranges;	/* (nregions) scratch for prefetch */
 	size_t *start;		/* (n_layers) first position held */
-	int reserved;		/* added its burst to the pool's reserve */
 };
 
 static size_t dtype_size(enum sb_kv_dtype t)
@@ -69,8 +68,6 @@ static void free_seq(struct sb_kv_seq *s)
 {
 	if (!s)
 		return;
-	if (s->reserved)
-		sb_pool_reserve(s->pool, -(long)(2 * s->nregions * s->page));
 	for (size_t g = 0; s->buf && g < s->nregions; g++)
 		sb_buf_destroy(s->buf[g]);
 	free(s->buf);
@@ -167,16 +164,16 @@ static struct sb_kv_seq *kv_new(struct sb_pool *pool,
 			return fail(err, e);
 		}
 	}
-	/* Every region crosses a page boundary at the same position: ask the
-	 * pool to keep that burst (and the next one's) ready. */
-	sb_pool_reserve(pool, (long)(2 * s->nregions * s->page));
-	s->reserved = 1;
+	/* No reserve of its own: every region's next page is asked of the
+	 * pool's background thread at a different step (sb_kv_prepare), so
+	 * there is no burst to hold pages for, and what the pool holds beyond
+	 * the pages in use stays within its adaptive reserve (12 MiB). */
 	if (first && (e = place_first(s)) < 0) {
 		free_seq(s);
 		return fail(err, e);
 	}
-	/* Setup, like a dense cache's allocation: let the pool build the
-	 * reserve for the first burst before the first pass (bounded). */
+	/* Setup, like a dense cache's allocation: let the pool build its
+	 * reserve before the first pass (bounded in pages and time). */
 	if (first)
 		sbi_pool_wait_ready(pool, 2 * s->nregions, 500);
 	return s;
@@ -248,6 +245,25 @@ SB_API long sb_kv_prepare(struct sb_kv_seq *s, size_t n)
 		if (r < 0)
 			return r;
 		total += r;
+	}
+	/* A deadline for the background thread, staggered the same way: by
+	 * 1 + g/nregions of half the lookahead before it is needed, region
+	 * g's next page is placed here if the background thread has not yet
+	 * (memory slow to fault in, as on a VM whose host took back freed
+	 * memory, or CPUs busy with other work). A late background thread
+	 * then costs this thread about one placement a step, instead of one
+	 * per region all at the step where every region crosses into its
+	 * next page. Advice: an error is left for the pass that needs the
+	 * rows. */
+	for (size_t g = 0; g < s->nregions; g++) {
+		size_t half = s->lookahead / 2 ? s->lookahead / 2 : 1;
+		size_t due = end + 1 + g * (half - 1) / s->nregions;
+
+		if (due > s->cfg.max_ctx)
+			due = s->cfg.max_ctx;
+		r = place_upto(s, g, due * s->row);
+		if (r > 0)
+			total += r;
 	}
 	/* Ahead, staggered: region g looks (1 + g/nregions) / 2 of the
 	 * lookahead ahead, so the regions' next pages are asked for on

@@ -219,6 +219,8 @@ static bool pagein_done(struct sbi_io *io)
 		r = sbi_src_check(buf, io->idx, io->src_pte, io->mem, io->res);
 		io->ok = r == 0;
 		io->checked = true;
+		/* Read into (and checked through) the pool side. */
+		sbi_pid_unmap_pool(pool, io->pid);
 		if (r < 0) {
 			sbi_err("page-in of page %zu of buffer %u: %s", io->idx,
 				buf->id,

@@ -11,8 +11,8 @@
  *      after each growing run's last one (so that growth continues on a
  *      ready page and its mapping merges with the previous one), then,
  *      when all of those are ready, the page after that (so one late
- *      wake-up of this thread costs nothing); zero them if they hold old
- *      data, else allocate and pre-fault them;
+ *      wake-up of this thread costs nothing); zero them (allocating
+ *      what has no memory yet) through the heap file, not a mapping;
  *   2. when a run was started or a heap is nearly full, make ready the
  *      first page of the site where the next run will start (adding a heap
  *      ahead if none has room), so the next new run does not wait either;
@@ -37,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum work { W_NONE, W_BACK, W_ZERO, W_PUNCH };
+enum work { W_NONE, W_BACK, W_ZERO, W_PUNCH };	/* BACK, ZERO: zeroed */
 
 void sbi_ready_want(struct sb_pool *pool, sbi_pid p, int prio)
 {
@@ -385,24 +385,18 @@ void *sbi_ready_thread(void *arg)
 			continue;
 		}
 		pthread_mutex_unlock(&pool->lock);
-		switch (w) {
-		case W_BACK:
-			if (sbi_heap_back(h, i, 1, pool->page_size) < 0) {
-				/* Out of memory: stop reserving for a while;
-				 * allocations report the error themselves. */
-				pthread_mutex_lock(&pool->lock);
-				set_done(pool, h, i, SBI_PG_UNBACKED);
-				no_back_until = now_ms() + 1000;
-				continue;
-			}
-			sbi_heap_zero(h, i, 1, pool->page_size, true);
-			break;
-		case W_ZERO:
-			sbi_heap_zero(h, i, 1, pool->page_size, false);
-			break;
-		default:
+		if (w == W_PUNCH) {
 			sbi_heap_punch(h, i, n, pool->page_size);
-			break;
+		} else if (sbi_heap_zero(h, i, 1, pool->page_size) < 0) {
+			/* Out of memory: stop reserving for a while;
+			 * allocations report the error themselves. What was
+			 * written goes back (a dirty page that could not be
+			 * overwritten is not zero either). */
+			sbi_heap_punch(h, i, 1, pool->page_size);
+			pthread_mutex_lock(&pool->lock);
+			set_done(pool, h, i, SBI_PG_UNBACKED);
+			no_back_until = now_ms() + 1000;
+			continue;
 		}
 		pthread_mutex_lock(&pool->lock);
 		for (uint32_t k = 0; k < n; k++)

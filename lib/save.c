@@ -186,8 +186,16 @@ static int save_data(struct saver *sv, struct sbi_disk *d, size_t first,
 		pthread_rwlock_unlock(&pool->layout);
 		sbi_disk_wait_gen(d, sbi_disk_gen(d), 10);
 	}
-	for (size_t i = first; i < end && r == 0; i += BATCH)
-		r = save_batch(sv, i, i + BATCH < end ? i + BATCH : end);
+	for (size_t i = first; i < end && r == 0; i += BATCH) {
+		size_t e = i + BATCH < end ? i + BATCH : end;
+
+		r = save_batch(sv, i, e);
+		/* Read through the pool side: leave it without entries. */
+		for (size_t k = i; k < e; k++)
+			if (sbi_pte_pid(buf->pte[k]))
+				sbi_pid_unmap_pool(pool,
+						   sbi_pte_pid(buf->pte[k]) - 1);
+	}
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
 	return r;
