@@ -199,8 +199,10 @@ out_free:
 SB_API struct sb_buf *sb_buf_create(struct sb_pool *pool, size_t length,
 				    unsigned flags, int *err)
 {
-	if (flags & ~(SB_BUF_STRICT | SB_BUF_EVICTABLE))
+	if (flags & ~(SB_BUF_STRICT | SB_BUF_EVICTABLE | SB_BUF_GROWS))
 		return fail(err, -EINVAL);
+	if ((flags & SB_BUF_GROWS) && (flags & ~SB_BUF_GROWS))
+		return fail(err, -EINVAL);	/* see grow.c */
 	return sbi_buf_create(pool, length, flags, NULL, err);
 }
 
@@ -427,6 +429,8 @@ long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 		}
 	buf->nplaced += n;
 	sbi_count(&pool->n_maps, n);
+	if (nruns && wait)	/* the owner's own: watch from its last page */
+		sbi_grow_note(buf, runs[nruns - 1].idx + runs[nruns - 1].n - 1);
 	/* A page read in above and then unmapped by another thread was
 	 * placed twice by this call: count pages, not placements. */
 	r = (long)(n + nin < end - first ? n + nin : end - first);

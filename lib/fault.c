@@ -158,6 +158,7 @@ fail:
 	atomic_fetch_add_explicit(&pool->n_fault_places, 1,
 				  memory_order_relaxed);
 	sbi_vma_wake(buf, idx);
+	sbi_grow_note(buf, idx);	/* after the wake: off its path */
 }
 
 static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)

@@ -167,6 +167,15 @@ struct sbi_reg {
 	struct sb_buf *buf;
 };
 
+/* A growth watch (grow.c). */
+#define SBI_GROW_MAX 256	/* buffers watched at once, per pool */
+
+struct sbi_grow {
+	struct sb_buf *buf;	/* NULL: free slot */
+	size_t cur;		/* the frontier: the next goes once it is written */
+	uint64_t since_ms;	/* last progress */
+};
+
 struct sb_pool {
 	/* Immutable after creation. */
 	unsigned id;		/* 1, 2, ... in the process: names it in logs */
@@ -233,6 +242,8 @@ struct sb_pool {
 	struct sbi_prefetch *pf;	/* pf_lock */
 	uint32_t pf_head, pf_tail, pf_cap;	/* pf_lock */
 	struct sb_buf *pf_inflight;	/* pf_lock: the buffer being placed for */
+	struct sbi_grow grow[SBI_GROW_MAX];	/* pf_lock: growth watches */
+	unsigned ngrow;			/* pf_lock to change; read racily */
 	/* Pages worth making ready: [0] the next page of each growing run,
 	 * [1] the one after (served only when [0] is empty). */
 	struct sbi_ring {
@@ -519,6 +530,18 @@ void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end);
 /* The ready thread: serve one request if any. Called with pool->lock
  * held; released while placing. Returns true if it did something. */
 bool sbi_prefetch_serve(struct sb_pool *pool);
+
+/* ---- grow.c: growth by touch, placed ahead ---------------------------------*/
+
+/* The owner placed page idx of an SB_BUF_GROWS buffer (a fault, or its own
+ * sb_buf_map): if the page before is placed, the buffer grows at its end;
+ * watch it from idx. Holds buf->lock; takes pf_lock. Never allocates. */
+void sbi_grow_note(struct sb_buf *buf, size_t idx);
+/* End buf's watch; pf_lock held (sbi_prefetch_cancel). */
+void sbi_grow_cancel(struct sb_buf *buf);
+/* The ready thread, at most once a millisecond: every watch. Called with
+ * pool->lock held; released meanwhile. Returns true if it placed a page. */
+bool sbi_grow_serve(struct sb_pool *pool);
 
 /* ---- vma.c: the address-space operations on a buffer's range ---------------*/
 

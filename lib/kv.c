@@ -158,7 +158,9 @@ static struct sb_kv_seq *kv_new(struct sb_pool *pool,
 		return fail(err, -ENOMEM);
 	}
 	for (size_t g = 0; g < s->nregions; g++) {
-		s->buf[g] = sb_buf_create(pool, s->region, 0, &e);
+		/* Growth by touch alone (no sb_kv_prepare) takes no fault:
+		 * the pool keeps each region's next page placed ahead. */
+		s->buf[g] = sb_buf_create(pool, s->region, SB_BUF_GROWS, &e);
 		if (!s->buf[g]) {
 			free_seq(s);
 			return fail(err, e);

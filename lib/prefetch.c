@@ -36,6 +36,7 @@ void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end)
 		w = (w + 1) % pool->pf_cap;
 	}
 	pool->pf_tail = w;
+	sbi_grow_cancel(buf);
 	while (pool->pf_inflight == buf)
 		pthread_cond_wait(&pool->pf_cond, &pool->pf_lock);
 	pthread_mutex_unlock(&pool->pf_lock);

@@ -358,7 +358,7 @@ static void avoid_cpu(struct sb_pool *pool, int *avoided)
 void *sbi_ready_thread(void *arg)
 {
 	struct sb_pool *pool = arg;
-	uint64_t last_tick = now_ms(), no_back_until = 0, seen = 0;
+	uint64_t last_tick = now_ms(), no_back_until = 0, seen = 0, last_grow = 0;
 	unsigned polls = HOT_POLLS;
 	int avoided = -1;
 
@@ -379,6 +379,13 @@ void *sbi_ready_thread(void *arg)
 		 * them soon. */
 		if (!pool->trimming && sbi_prefetch_serve(pool))
 			continue;
+		/* Then the growing buffers' pages ahead (grow.c), looked at
+		 * once a millisecond. */
+		if (!pool->trimming && now != last_grow) {
+			last_grow = now;
+			if (sbi_grow_serve(pool))
+				continue;
+		}
 		w = pick_work(pool, now >= no_back_until, &h, &i, &n);
 		if (w == W_NONE) {
 			ready_wait(pool, &seen, &polls);

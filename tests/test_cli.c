@@ -438,7 +438,7 @@ static void bad_values(void)
 		{"extra", "bin/sparsebuf-demo", "extra"},
 		{"abc", "bench/kv", "--tokens", "abc"},
 		{"5000", "bench/kv", "--tokens", "5000"},
-		{"8", "bench/kv", "--strategies", "1,8"},
+		{"9", "bench/kv", "--strategies", "1,9"},
 		{"0", "bench/place", "--rounds", "0"},
 		{"x", "bench/place", "--size-mib", "x"},
 		{"nan", "bench/place", "--spacing-us", "nan"},

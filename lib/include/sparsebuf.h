@@ -115,12 +115,20 @@ long sb_pool_reserve(struct sb_pool *pool, long delta_bytes);
 #define SB_BUF_STRICT	(1u << 0)	/* unplaced touch -> SIGBUS */
 #define SB_BUF_EVICTABLE (1u << 1)	/* cold pages may go to disk when
 					 * the pool is at its budget */
+/* Grows at its end (a KV cache region written row by row): once a page is
+ * placed (by a touch or sb_buf_map) right after a placed one, the pool's
+ * background thread keeps the next page placed ahead, and places the one
+ * after as soon as the first bytes of that page are written. Growth by
+ * touch then takes no fault; the buffer holds at most one page beyond what
+ * was placed for it (so sb_buf_map may find that page placed and count 0
+ * for it). Not with SB_BUF_STRICT or SB_BUF_EVICTABLE. */
+#define SB_BUF_GROWS	(1u << 2)
 
 /* Reserve length bytes (rounded up to whole pages; terabytes are fine) of
  * address space aligned to the pool's page size. No physical memory is
  * committed. The pool's first SB_BUF_EVICTABLE buffer sets up its disk tier
  * (I/O threads) here, so that no fault has to. Errors: -EINVAL (NULL pool,
- * zero length, unknown flag), -ENOMEM (no address space), -EOPNOTSUPP
+ * zero length, unknown flag, SB_BUF_GROWS with another flag), -ENOMEM (no address space), -EOPNOTSUPP
  * (SB_BUF_EVICTABLE without write-protect on shmem), -ECHILD, and for an
  * evictable buffer -EMFILE, -ENFILE, -EAGAIN (setting up the disk tier). */
 struct sb_buf *sb_buf_create(struct sb_pool *pool, size_t length,

@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Growth by touch, placed ahead (SB_BUF_GROWS). A buffer that places the
+ * page right after a placed one is growing at its end (a KV cache written
+ * one row at a time without sb_kv_prepare). Every region of such a cache
+ * crosses into its next page at the same step, and a fault costs a round
+ * trip through the handler thread (70 us on a 2-vCPU VM): 72 regions made
+ * one step stall 5 ms. So the pool's ready thread watches each growing
+ * buffer's frontier (its last page placed by the owner or by the watch):
+ * once the owner has entered it, it places the next page, which becomes
+ * the frontier. Growth then takes no fault at all, and a buffer holds at
+ * most one page beyond the one being written. Placements in the
+ * background (prefetch, the watch itself) move no frontier: only the
+ * owner's own (sb_buf_map, a fault) and its writes do.
+ *
+ * Entered means the first bytes of the page ahead are no longer all zero,
+ * read through the heap file (pread: no mapping, no fault, nothing the
+ * owner's thread can notice). A buffer that writes zeros there is seen
+ * late: its next page then faults as before, and the watch continues from
+ * that fault. A watch ends when the buffer is unmapped or destroyed
+ * (sbi_prefetch_cancel), reaches its end, or stops growing for a while;
+ * it holds at most one page per watched buffer beyond what was touched.
+ *
+ * Only buffers created SB_BUF_GROWS are watched: the page ahead is memory
+ * the owner did not ask for, and sb_buf_map then finds it placed. Such a
+ * buffer is neither evictable (eviction has its own say over what stays
+ * placed) nor strict (its touches never reach the handler).
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Bytes looked at to tell whether the page ahead was entered. */
+#define PEEK 256
+/* A watch with no progress for this long ends (the buffer stopped). */
+#define IDLE_MS 2000
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static bool watchable(const struct sb_buf *buf)
+{
+	return (buf->flags & SB_BUF_GROWS) && !buf->src;
+}
+
+void sbi_grow_note(struct sb_buf *buf, size_t idx)
+{
+	struct sb_pool *pool = buf->pool;
+	uint32_t k, free_k = SBI_GROW_MAX;
+
+	if (!idx || idx + 1 >= buf->npages || !watchable(buf) ||
+	    !sbi_pte_pid(buf->pte[idx - 1]))
+		return;
+	pthread_mutex_lock(&pool->pf_lock);
+	for (k = 0; k < SBI_GROW_MAX; k++) {
+		if (pool->grow[k].buf == buf)
+			break;
+		if (!pool->grow[k].buf && free_k == SBI_GROW_MAX)
+			free_k = k;
+	}
+	if (k == SBI_GROW_MAX)
+		k = free_k;	/* full: this one grows by faults */
+	if (k < SBI_GROW_MAX && (k == free_k || pool->grow[k].cur < idx)) {
+		pool->grow[k] = (struct sbi_grow){buf, idx, mono_ms()};
+		if (free_k == k)
+			__atomic_add_fetch(&pool->ngrow, 1, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&pool->pf_lock);
+}
+
+void sbi_grow_cancel(struct sb_buf *buf)
+{
+	struct sb_pool *pool = buf->pool;
+
+	/* pf_lock held by the caller (sbi_prefetch_cancel). */
+	for (uint32_t k = 0; k < SBI_GROW_MAX && pool->ngrow; k++) {
+		if (pool->grow[k].buf == buf) {
+			pool->grow[k] = (struct sbi_grow){0};
+			__atomic_sub_fetch(&pool->ngrow, 1, __ATOMIC_RELAXED);
+		}
+	}
+}
+
+/* Has the owner written the first bytes of page pid? */
+static bool entered(struct sb_pool *pool, sbi_pid pid)
+{
+	static const char zero[PEEK];
+	char peek[PEEK];
+	struct sbi_heap *h = sbi_pid_heap(pool, pid);
+	off_t off = (off_t)((size_t)sbi_pid_index(pool, pid) << pool->page_shift);
+
+	return pread(h->fd, peek, sizeof(peek), off) == (ssize_t)sizeof(peek) &&
+	       memcmp(peek, zero, sizeof(peek)) != 0;
+}
+
+/*
+ * One watch: once the owner has entered the frontier page, place the page
+ * after it and make that the frontier. Returns the watch's next state (buf
+ * NULL: ended) and whether a page was placed. No lock held; the buffer
+ * stays alive meanwhile (pf_inflight: unmap and destroy wait for it).
+ */
+static struct sbi_grow serve_one(struct sb_pool *pool, struct sbi_grow g,
+				 uint64_t now, bool *placed)
+{
+	struct sb_buf *buf = g.buf;
+	uint64_t pte;
+	long r;
+
+	pthread_rwlock_rdlock(&pool->layout);
+	pthread_mutex_lock(&buf->lock);
+	pte = buf->pte[g.cur];
+	pthread_mutex_unlock(&buf->lock);
+	pthread_rwlock_unlock(&pool->layout);
+
+	if (!sbi_pte_pid(pte))
+		return (struct sbi_grow){0};	/* released, poisoned */
+	if (!entered(pool, sbi_pte_pid(pte) - 1))
+		return now > g.since_ms + IDLE_MS /* since_ms may be later */
+			       ? (struct sbi_grow){0}
+			       : g;
+	if (g.cur + 1 >= buf->npages)
+		return (struct sbi_grow){0};
+	/* Advice, as a prefetch: at the budget it does not wait. Already
+	 * placed (the owner was first) counts as progress too. */
+	r = sbi_buf_place(buf, g.cur + 1, g.cur + 2, false);
+	if (r < 0)
+		return (struct sbi_grow){0};
+	*placed = r > 0;
+	g.cur++;
+	g.since_ms = now;
+	return g;
+}
+
+bool sbi_grow_serve(struct sb_pool *pool)
+{
+	bool any = false;
+	uint64_t now;
+
+	if (!__atomic_load_n(&pool->ngrow, __ATOMIC_RELAXED))
+		return false;
+	now = mono_ms();
+	pthread_mutex_unlock(&pool->lock);
+	for (uint32_t k = 0; k < SBI_GROW_MAX; k++) {
+		struct sbi_grow g;
+		struct sb_buf *buf;
+		bool placed = false;
+
+		pthread_mutex_lock(&pool->pf_lock);
+		g = pool->grow[k];
+		buf = g.buf;
+		if (!buf) {
+			pthread_mutex_unlock(&pool->pf_lock);
+			continue;
+		}
+		pool->pf_inflight = buf;
+		pthread_mutex_unlock(&pool->pf_lock);
+
+		g = serve_one(pool, g, now, &placed);
+		any |= placed;
+
+		pthread_mutex_lock(&pool->pf_lock);
+		/* Unless cancelled meanwhile (an unmap waits for us, then
+		 * finds the slot empty or another buffer's). */
+		if (pool->grow[k].buf == buf) {
+			if (g.buf) {
+				if (pool->grow[k].cur > g.cur)	/* noted */
+					g.cur = pool->grow[k].cur;
+				pool->grow[k] = g;
+			} else {
+				pool->grow[k] = (struct sbi_grow){0};
+				__atomic_sub_fetch(&pool->ngrow, 1,
+						   __ATOMIC_RELAXED);
+			}
+		}
+		pool->pf_inflight = NULL;
+		pthread_cond_broadcast(&pool->pf_cond);
+		pthread_mutex_unlock(&pool->pf_lock);
+	}
+	pthread_mutex_lock(&pool->lock);
+	return any;
+}
