@@ -716,10 +716,14 @@ static void run(int id)
 		probe_after(&s, &p1);
 		why = classify(&p0, &p1);
 		if (debug && dt > SLOW_US) {
-			fprintf(stderr, "\n step %zu: %.0f us (grow %.0f), "
-				"last prepare placed %ld, %s (involuntary +%ld, "
-				"voluntary +%ld, sync prepares +%llu, faults "
-				"+%llu)", t, dt, t_grow, last_prepare,
+			/* The start in CLOCK_MONOTONIC seconds: a trace
+			 * taken with perf record -k CLOCK_MONOTONIC lines up
+			 * with it. */
+			fprintf(stderr, "\n step %zu at %.6f: %.0f us (grow "
+				"%.0f), last prepare placed %ld, %s (involuntary "
+				"+%ld, voluntary +%ld, sync prepares +%llu, "
+				"faults +%llu)", t, t0 / 1e6, dt, t_grow,
+				last_prepare,
 				cause_name[why], p1.nivcsw - p0.nivcsw,
 				p1.nvcsw - p0.nvcsw,
 				(unsigned long long)(p1.sync_prepares -

@@ -330,7 +330,25 @@ static size_t make_runs(const struct sb_pool *pool, const size_t *idx,
  * allocate; under it again, place the pages still unplaced (a fault or a
  * prefetch may have placed some meanwhile: those pages go back).
  */
+static long place(struct sb_buf *buf, size_t first, size_t end, bool wait);
+
 long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end, bool wait)
+{
+	long r;
+
+	/* wait: the owner's own placement (sb_buf_map); else the ready
+	 * thread's, in the background, which lets the owner's go first. */
+	if (!wait) {
+		sbi_vma_bg_yield(buf->pool);
+		return place(buf, first, end, false);
+	}
+	sbi_vma_fg_begin(buf->pool);
+	r = place(buf, first, end, true);
+	sbi_vma_fg_end(buf->pool);
+	return r;
+}
+
+static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 {
 	struct sb_pool *pool = buf->pool;
 	size_t n = 0, k = 0, nsegs = 0, kept, nruns, done = 0, nin = 0;
@@ -474,7 +492,7 @@ static bool occupied(uint64_t pte)
 		      SBI_PTE_KEEP);
 }
 
-SB_API long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len)
+static long unmap(struct sb_buf *buf, size_t off, size_t len)
 {
 	struct sb_pool *pool;
 	struct sbi_span sp;
@@ -525,6 +543,18 @@ SB_API long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len)
 	pthread_rwlock_unlock(&pool->layout);
 	sbi_count(&pool->n_unmaps, released);
 	return r < 0 ? r : (long)released;
+}
+
+SB_API long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len)
+{
+	long r;
+
+	if ((r = sbi_check_buf(buf)) < 0)
+		return r;
+	sbi_vma_fg_begin(buf->pool);
+	r = unmap(buf, off, len);
+	sbi_vma_fg_end(buf->pool);
+	return r;
 }
 
 SB_API long sb_buf_placed(const struct sb_buf *cbuf, size_t off, size_t len)

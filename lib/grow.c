@@ -37,6 +37,11 @@
 #define PEEK 256
 /* A watch with no progress for this long ends (the buffer stopped). */
 #define IDLE_MS 2000
+/* Placements per millisecond at most: a burst (every region of a KV cache
+ * entered its page while this thread slept) spreads over a few
+ * milliseconds instead of holding the mmap lock back to back. A page is
+ * placed a whole page of growth ahead of need: there is time. */
+#define BURST 4
 
 static uint64_t mono_ms(void)
 {
@@ -141,14 +146,16 @@ static struct sbi_grow serve_one(struct sb_pool *pool, struct sbi_grow g,
 
 bool sbi_grow_serve(struct sb_pool *pool)
 {
-	bool any = false;
+	int nplaced = 0;
 	uint64_t now;
 
 	if (!__atomic_load_n(&pool->ngrow, __ATOMIC_RELAXED))
 		return false;
 	now = mono_ms();
 	pthread_mutex_unlock(&pool->lock);
-	for (uint32_t k = 0; k < SBI_GROW_MAX; k++) {
+	/* Round robin: a burst cut short resumes where it stopped. */
+	for (uint32_t n = 0; n < SBI_GROW_MAX && nplaced < BURST; n++) {
+		uint32_t k = (pool->grow_rr + n) % SBI_GROW_MAX;
 		struct sbi_grow g;
 		struct sb_buf *buf;
 		bool placed = false;
@@ -164,7 +171,8 @@ bool sbi_grow_serve(struct sb_pool *pool)
 		pthread_mutex_unlock(&pool->pf_lock);
 
 		g = serve_one(pool, g, now, &placed);
-		any |= placed;
+		if (placed && ++nplaced == BURST)
+			pool->grow_rr = (k + 1) % SBI_GROW_MAX;
 
 		pthread_mutex_lock(&pool->pf_lock);
 		/* Unless cancelled meanwhile (an unmap waits for us, then
@@ -185,5 +193,5 @@ bool sbi_grow_serve(struct sb_pool *pool)
 		pthread_mutex_unlock(&pool->pf_lock);
 	}
 	pthread_mutex_lock(&pool->lock);
-	return any;
+	return nplaced > 0;
 }

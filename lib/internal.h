@@ -244,6 +244,11 @@ struct sb_pool {
 	struct sb_buf *pf_inflight;	/* pf_lock: the buffer being placed for */
 	struct sbi_grow grow[SBI_GROW_MAX];	/* pf_lock: growth watches */
 	unsigned ngrow;			/* pf_lock to change; read racily */
+	uint32_t grow_rr;		/* ready thread only: where to start */
+	/* Threads changing a buffer's mappings for its owner (sb_buf_map,
+	 * sb_buf_unmap, the fault handler): the ready thread's placements in
+	 * the background wait for them (sbi_vma_bg_yield). */
+	_Atomic int fg_vma;
 	/* Pages worth making ready: [0] the next page of each growing run,
 	 * [1] the one after (served only when [0] is empty). */
 	struct sbi_ring {
@@ -372,6 +377,16 @@ struct sbi_heap *sbi_pool_add_heap(struct sb_pool *pool, int *err);
  * recorded: the ready thread, placing a prefetch, would otherwise note its
  * own CPU and move onto the application's. */
 void sbi_pool_note_caller(struct sb_pool *pool);
+/* Around the mapping changes done for a buffer's owner (fg_vma). */
+void sbi_vma_fg_begin(struct sb_pool *pool);
+void sbi_vma_fg_end(struct sb_pool *pool);
+/* Before a placement in the background: wait (up to 2 ms) while a thread
+ * changes mappings for an owner. Every mmap takes the process's mmap lock
+ * for writing; back to back, the ready thread's placements would take it
+ * again each time before a woken owner gets to run (waking a thread on
+ * another vCPU takes tens of microseconds), and the owner's one mmap would
+ * wait for milliseconds (seen: 34 wake-ups in 1.6 ms). */
+void sbi_vma_bg_yield(struct sb_pool *pool);
 void sbi_thread_internal(void);
 /* Wait until at least pages pages are ready (or timeout_ms passes). */
 void sbi_pool_wait_ready(struct sb_pool *pool, size_t pages, int timeout_ms);

@@ -945,6 +945,32 @@ void sbi_pool_note_caller(struct sb_pool *pool)
 	__atomic_store_n(&pool->caller_cpu, sched_getcpu(), __ATOMIC_RELAXED);
 }
 
+void sbi_vma_fg_begin(struct sb_pool *pool)
+{
+	atomic_fetch_add_explicit(&pool->fg_vma, 1, memory_order_relaxed);
+}
+
+void sbi_vma_fg_end(struct sb_pool *pool)
+{
+	atomic_fetch_sub_explicit(&pool->fg_vma, 1, memory_order_relaxed);
+}
+
+void sbi_vma_bg_yield(struct sb_pool *pool)
+{
+	struct timespec t0, t;
+
+	if (!atomic_load_explicit(&pool->fg_vma, memory_order_relaxed))
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		for (int k = 0; k < 64; k++)
+			__builtin_ia32_pause();
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (atomic_load_explicit(&pool->fg_vma, memory_order_relaxed) &&
+		 (t.tv_sec - t0.tv_sec) * 1000000000L + t.tv_nsec - t0.tv_nsec <
+			 2000000L);
+}
+
 void sbi_pool_wait_ready(struct sb_pool *pool, size_t pages, int timeout_ms)
 {
 	struct timespec until;
