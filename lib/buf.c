@@ -334,18 +334,13 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait);
 
 long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 {
-	long r;
-
 	/* wait: the owner's own placement (sb_buf_map); else the ready
 	 * thread's, in the background, which lets the owner's go first. */
 	if (!wait) {
 		sbi_vma_bg_yield(buf->pool);
 		return place(buf, first, end, false);
 	}
-	sbi_vma_fg_begin(buf->pool);
-	r = place(buf, first, end, true);
-	sbi_vma_fg_end(buf->pool);
-	return r;
+	return place(buf, first, end, true);
 }
 
 static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
@@ -433,12 +428,20 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 	}
 	n = kept;
 	nruns = make_runs(pool, idx, pids, n, runs);
+	/* Only around the mapping itself: while the owner waits for a page
+	 * being made ready, the ready thread must not wait for the owner. */
+	if (wait)
+		sbi_vma_fg_begin(pool);
 	for (done = 0; done < nruns; done++) {
 		r = sbi_vma_place(buf, runs[done].idx, runs[done].n,
 				  runs[done].pid, false);
 		if (r < 0)
-			goto out_unplace;
+			break;
 	}
+	if (wait)
+		sbi_vma_fg_end(pool);
+	if (r < 0)
+		goto out_unplace;
 	for (size_t t = 0; t < nruns; t++)
 		for (size_t i = 0; i < runs[t].n; i++) {
 			buf->pte[runs[t].idx + i] = (uint64_t)runs[t].pid + i + 1;

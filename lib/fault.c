@@ -139,14 +139,14 @@ static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
 		r = -EFAULT;
 		goto fail;
 	}
-	sbi_vma_fg_begin(pool);	/* a thread waits for this placement */
 	r = sbi_alloc(pool, buf, hint, 1, &pid, 0, buf, true);
 	if (r == 0) {
+		sbi_vma_fg_begin(pool);	/* a thread waits for this */
 		r = sbi_vma_place(buf, idx, 1, pid, buf->flags & SBI_BUF_RO);
+		sbi_vma_fg_end(pool);
 		if (r < 0)
 			sbi_pool_put(pool, &(sbi_pid){pid + 1}, 1);
 	}
-	sbi_vma_fg_end(pool);
 fail:
 	if (r < 0) {
 		sbi_sigbus_note(buf, idx, r, "fault");
