@@ -18,8 +18,14 @@
  * owner's thread can notice). A buffer that writes zeros there is seen
  * late: its next page then faults as before, and the watch continues from
  * that fault. A watch ends when the buffer is unmapped or destroyed
- * (sbi_prefetch_cancel), reaches its end, or stops growing for a while;
- * it holds at most one page per watched buffer beyond what was touched.
+ * (sbi_prefetch_cancel) or reaches its end; it holds at most one page per
+ * watched buffer beyond what was touched. A buffer that pauses (a chat
+ * waiting for its user, a benchmark measuring) keeps its watch: one that
+ * ended would leave the next page to the owner's own placement, and after
+ * a pause every region crosses into it (measured: 0.5-0.8 ms steps after
+ * bench/kv's pause at 4096 tokens). An idle watch is looked at less often
+ * (every 10 ms after 2 s without progress, every 100 ms after 30 s), and
+ * gives up its slot only when another buffer needs one and none is free.
  *
  * Only buffers created SB_BUF_GROWS are watched: the page ahead is memory
  * the owner did not ask for, and sb_buf_map then finds it placed. Such a
@@ -35,8 +41,13 @@
 
 /* Bytes looked at to tell whether the page ahead was entered. */
 #define PEEK 256
-/* A watch with no progress for this long ends (the buffer stopped). */
+/* A watch with no progress for this long is idle: looked at every
+ * IDLE_POLL_MS, and after LONG_IDLE_MS every LONG_POLL_MS (a page of
+ * growth still leaves that much time: 128 rows of a KV region). */
 #define IDLE_MS 2000
+#define IDLE_POLL_MS 10
+#define LONG_IDLE_MS 30000
+#define LONG_POLL_MS 100
 /* Placements per millisecond at most: a burst (every region of a KV cache
  * entered its page while this thread slept) spreads over a few
  * milliseconds instead of holding the mmap lock back to back. A page is
@@ -56,25 +67,47 @@ static bool watchable(const struct sb_buf *buf)
 	return (buf->flags & SB_BUF_GROWS) && !buf->src;
 }
 
+/* Milliseconds until an unchanged watch is looked at again. */
+static uint64_t poll_ms(uint64_t idle)
+{
+	return idle < IDLE_MS ? 1 : idle < LONG_IDLE_MS ? IDLE_POLL_MS : LONG_POLL_MS;
+}
+
 void sbi_grow_note(struct sb_buf *buf, size_t idx)
 {
 	struct sb_pool *pool = buf->pool;
-	uint32_t k, free_k = SBI_GROW_MAX;
+	uint32_t k, free_k = SBI_GROW_MAX, idle_k = SBI_GROW_MAX;
+	uint64_t now;
 
 	if (!idx || idx + 1 >= buf->npages || !watchable(buf) ||
 	    !sbi_pte_pid(buf->pte[idx - 1]))
 		return;
+	now = mono_ms();
 	pthread_mutex_lock(&pool->pf_lock);
 	for (k = 0; k < SBI_GROW_MAX; k++) {
-		if (pool->grow[k].buf == buf)
+		const struct sbi_grow *g = &pool->grow[k];
+
+		if (g->buf == buf)
 			break;
-		if (!pool->grow[k].buf && free_k == SBI_GROW_MAX)
+		if (!g->buf && free_k == SBI_GROW_MAX)
 			free_k = k;
+		/* The longest idle, if idle at all: its slot can go. */
+		if (g->buf && g->since_ms + IDLE_MS < now &&
+		    (idle_k == SBI_GROW_MAX ||
+		     g->since_ms < pool->grow[idle_k].since_ms))
+			idle_k = k;
+	}
+	if (k == SBI_GROW_MAX && free_k == SBI_GROW_MAX && idle_k != SBI_GROW_MAX) {
+		/* Every slot taken: an idle buffer's next page will fault
+		 * (a serve under way for it finds the slot changed). */
+		pool->grow[idle_k] = (struct sbi_grow){0};
+		__atomic_sub_fetch(&pool->ngrow, 1, __ATOMIC_RELAXED);
+		free_k = idle_k;
 	}
 	if (k == SBI_GROW_MAX)
 		k = free_k;	/* full: this one grows by faults */
 	if (k < SBI_GROW_MAX && (k == free_k || pool->grow[k].cur < idx)) {
-		pool->grow[k] = (struct sbi_grow){buf, idx, mono_ms()};
+		pool->grow[k] = (struct sbi_grow){buf, idx, now, 0};
 		if (free_k == k)
 			__atomic_add_fetch(&pool->ngrow, 1, __ATOMIC_RELAXED);
 	}
@@ -127,10 +160,11 @@ static struct sbi_grow serve_one(struct sb_pool *pool, struct sbi_grow g,
 
 	if (!sbi_pte_pid(pte))
 		return (struct sbi_grow){0};	/* released, poisoned */
-	if (!entered(pool, sbi_pte_pid(pte) - 1))
-		return now > g.since_ms + IDLE_MS /* since_ms may be later */
-			       ? (struct sbi_grow){0}
-			       : g;
+	if (!entered(pool, sbi_pte_pid(pte) - 1)) {
+		/* since_ms may be later than now (noted meanwhile). */
+		g.due_ms = now + poll_ms(now > g.since_ms ? now - g.since_ms : 0);
+		return g;
+	}
 	if (g.cur + 1 >= buf->npages)
 		return (struct sbi_grow){0};
 	/* Advice, as a prefetch: at the budget it does not wait. Already
@@ -141,20 +175,23 @@ static struct sbi_grow serve_one(struct sb_pool *pool, struct sbi_grow g,
 	*placed = r > 0;
 	g.cur++;
 	g.since_ms = now;
+	g.due_ms = now + 1;
 	return g;
 }
 
 bool sbi_grow_serve(struct sb_pool *pool)
 {
 	int nplaced = 0;
-	uint64_t now;
+	uint64_t now, due = UINT64_MAX;
 
-	if (!__atomic_load_n(&pool->ngrow, __ATOMIC_RELAXED))
+	if (!__atomic_load_n(&pool->ngrow, __ATOMIC_RELAXED)) {
+		pool->grow_due_ms = UINT64_MAX;
 		return false;
+	}
 	now = mono_ms();
 	pthread_mutex_unlock(&pool->lock);
 	/* Round robin: a burst cut short resumes where it stopped. */
-	for (uint32_t n = 0; n < SBI_GROW_MAX && nplaced < BURST; n++) {
+	for (uint32_t n = 0; n < SBI_GROW_MAX; n++) {
 		uint32_t k = (pool->grow_rr + n) % SBI_GROW_MAX;
 		struct sbi_grow g;
 		struct sb_buf *buf;
@@ -163,7 +200,9 @@ bool sbi_grow_serve(struct sb_pool *pool)
 		pthread_mutex_lock(&pool->pf_lock);
 		g = pool->grow[k];
 		buf = g.buf;
-		if (!buf) {
+		if (!buf || g.due_ms > now || nplaced == BURST) {
+			if (buf)	/* not due, or left for the next round */
+				due = due < g.due_ms ? due : g.due_ms;
 			pthread_mutex_unlock(&pool->pf_lock);
 			continue;
 		}
@@ -179,9 +218,13 @@ bool sbi_grow_serve(struct sb_pool *pool)
 		 * finds the slot empty or another buffer's). */
 		if (pool->grow[k].buf == buf) {
 			if (g.buf) {
-				if (pool->grow[k].cur > g.cur)	/* noted */
+				if (pool->grow[k].cur > g.cur) {	/* noted */
 					g.cur = pool->grow[k].cur;
+					g.since_ms = pool->grow[k].since_ms;
+					g.due_ms = 0;
+				}
 				pool->grow[k] = g;
+				due = due < g.due_ms ? due : g.due_ms;
 			} else {
 				pool->grow[k] = (struct sbi_grow){0};
 				__atomic_sub_fetch(&pool->ngrow, 1,
@@ -192,6 +235,7 @@ bool sbi_grow_serve(struct sb_pool *pool)
 		pthread_cond_broadcast(&pool->pf_cond);
 		pthread_mutex_unlock(&pool->pf_lock);
 	}
+	pool->grow_due_ms = due;
 	pthread_mutex_lock(&pool->lock);
 	return nplaced > 0;
 }

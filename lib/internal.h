@@ -174,6 +174,7 @@ struct sbi_grow {
 	struct sb_buf *buf;	/* NULL: free slot */
 	size_t cur;		/* the frontier: the next goes once it is written */
 	uint64_t since_ms;	/* last progress */
+	uint64_t due_ms;	/* not looked at again before */
 };
 
 struct sb_pool {
@@ -245,6 +246,7 @@ struct sb_pool {
 	struct sbi_grow grow[SBI_GROW_MAX];	/* pf_lock: growth watches */
 	unsigned ngrow;			/* pf_lock to change; read racily */
 	uint32_t grow_rr;		/* ready thread only: where to start */
+	uint64_t grow_due_ms;		/* ready thread only: next watch due */
 	/* Threads changing a buffer's mappings for its owner (sb_buf_map,
 	 * sb_buf_unmap, the fault handler): the ready thread's placements in
 	 * the background wait for them (sbi_vma_bg_yield). */
@@ -564,6 +566,7 @@ bool sbi_grow_serve(struct sb_pool *pool);
  * read_only maps without write permission (the first step of sharing). */
 int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
 		  bool read_only);
+
 /* Map n pages that other buffers also show, write-protected through uffd
  * (the pool's: writes copy; the SIGBUS one: writes fail), with no window
  * in which a write could reach the shared page. */

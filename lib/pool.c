@@ -754,6 +754,7 @@ SB_API struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts,
 	if (pool->ready_max < 2 * pool->ready_min)
 		pool->ready_max = 2 * pool->ready_min;
 	pool->ready_target = pool->ready_min;
+	pool->grow_due_ms = UINT64_MAX;
 	pool->wanted[0].cap = pool->wanted[1].cap = 4096;
 	pool->pf_cap = 4096;
 	pool->caller_cpu = -1;

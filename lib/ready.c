@@ -315,6 +315,18 @@ static void ready_wait(struct sb_pool *pool, uint64_t *seen, unsigned *polls)
 	__atomic_store_n(&pool->ready_idle, ++*polls > HOT_POLLS,
 			 __ATOMIC_RELAXED);
 	ns = pool->ready_idle ? 100 * 1000000L : 1000000L;
+	/* A growth watch due sooner (grow.c) shortens the sleep: a paused
+	 * buffer's owner allocates nothing when it resumes, its pages were
+	 * placed ahead; the watch must notice by itself. */
+	if (pool->grow_due_ms != UINT64_MAX) {
+		uint64_t now = now_ms();
+		long left = pool->grow_due_ms > now
+				    ? (long)(pool->grow_due_ms - now) * 1000000L
+				    : 1000000L;
+
+		if (left < ns)
+			ns = left;
+	}
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	ts.tv_nsec += ns;
 	if (ts.tv_nsec >= 1000000000) {

@@ -80,6 +80,31 @@ static int main_test(void)
 	CHECK(f >= NPAGES / 2);
 	VERIFY(p);
 
+	/* A pause longer than a watch's idle time (2 s: a chat waiting for
+	 * its user) does not end the watch: once the owner enters the page
+	 * placed ahead before the pause, the next one is placed, with no
+	 * fault and nothing else from the owner. */
+	{
+		struct sb_buf *b = make_buf(p, 8 * PAGE, SB_BUF_GROWS);
+		char *base = sb_buf_addr(b);
+		uint64_t f0;
+
+		CHECK_EQ(sb_buf_map(b, 0, 2 * PAGE), 2);
+		memset(base + PAGE, 1, 64);	/* enter the frontier */
+		for (int i = 0; i < 1000 && stats(p).pages_used < 3; i++)
+			usleep(1000);
+		CHECK_EQ(stats(p).pages_used, 3);
+		usleep(2500 * 1000);
+		f0 = stats(p).faults;
+		memset(base + 2 * PAGE, 1, 64);	/* placed ahead: no fault */
+		for (int i = 0; i < 1000 && stats(p).pages_used < 4; i++)
+			usleep(1000);
+		CHECK_EQ(stats(p).pages_used, 4);
+		CHECK_EQ(stats(p).faults, f0);
+		sb_buf_destroy(b);
+		CHECK_EQ(stats(p).pages_used, 0);
+	}
+
 	/* Released under a working watch: 300 buffers each entered, then
 	 * unmapped or destroyed at once. */
 	for (int i = 0; i < 300; i++) {
