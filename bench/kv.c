@@ -39,10 +39,11 @@
  * of 0, 5, 6 and 7, a cause, from readings taken around the timed region
  * (outside it): a kernel thread of the machine that ran for half the step
  * or more while this thread was preempted (kdamond, kswapd, kcompactd,
- * khugepaged: CPU time from /proc/PID/schedstat), this thread's involuntary
+ * khugepaged: CPU time from /proc/PID/schedstat), the host (this CPU's
+ * steal time in /proc/stat rose, 10 ms ticks), this thread's involuntary
  * then voluntary context switches, the pool's pages prepared by the caller,
  * the pool's faults, else none seen. The worst and p99.9 targets judge the
- * steps not taken by such a thread; the figures over all steps are printed
+ * steps not taken by such a thread or the host; the figures over all steps are printed
  * beside them, with how many steps such a thread took. Memory at 1k, 4k, 16k and 32k tokens: the strategy's own accounting
  * (pool pages for sparsebuf), the pool's resident bytes (its ready reserve
  * included), and the process's RSS and PSS growth since the strategy
@@ -497,6 +498,8 @@ enum cause {
 	C_KTHREAD,	/* preempted while a kernel thread of the machine's
 			 * (not of this process: kdamond, kswapd, ...) ran for
 			 * at least half the step */
+	C_STEAL,	/* the host ran something else on this vCPU: its
+			 * steal time rose (10 ms ticks in /proc/stat) */
 	C_PREEMPT,	/* an involuntary context switch of this thread */
 	C_FAULT,	/* the pool's faults rose: it waited for the handler */
 	C_BLOCKED,	/* a voluntary switch: a lock, a wait */
@@ -507,13 +510,13 @@ enum cause {
 
 static const char *const cause_name[NCAUSE] = {
 	"preempted by a kernel thread of the machine (kdamond, kswapd, ...)",
-	"preempted", "page fault (waited for the handler)",
+	"the host took the vCPU (steal time rose)", "preempted", "page fault (waited for the handler)",
 	"blocked (lock, wait)", "prepared a page itself",
 	"none seen (VM or IRQ)",
 };
 
 static const char *const cause_short[NCAUSE] = {
-	"kthread", "preempted", "fault", "blocked", "prepared", "none",
+	"kthread", "steal", "preempted", "fault", "blocked", "prepared", "none",
 };
 
 /* Steps over this count in the breakdown (and KV_DEBUG prints them). */
@@ -523,7 +526,36 @@ struct probe {
 	long nivcsw, nvcsw;
 	uint64_t sync_prepares, faults;
 	uint64_t kthread_ns;	/* CPU time of the watched kernel threads */
+	uint64_t steal;		/* this CPU's steal time, USER_HZ ticks */
+	long minflt;		/* this thread's minor faults (any) */
 };
+
+static int stat_fd = -1;
+
+/* Steal time of the CPU this thread runs on, from /proc/stat. */
+static uint64_t cpu_steal(void)
+{
+	static char b[1 << 16];
+	char key[16];
+	ssize_t n;
+	char *l;
+	int cpu = sched_getcpu();
+	unsigned long long v[8] = {0};
+
+	if (stat_fd < 0)
+		stat_fd = open("/proc/stat", O_RDONLY | O_CLOEXEC);
+	n = stat_fd < 0 ? -1 : pread(stat_fd, b, sizeof(b) - 1, 0);
+	if (n <= 0 || cpu < 0)
+		return 0;
+	b[n] = 0;
+	snprintf(key, sizeof(key), "\ncpu%d ", cpu);
+	l = strstr(b, key);
+	if (!l || sscanf(l + strlen(key), "%llu %llu %llu %llu %llu %llu %llu %llu",
+			 &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+			 &v[7]) != 8)
+		return 0;
+	return v[7];
+}
 
 /*
  * Kernel threads of the machine that run for milliseconds at a time and so
@@ -614,6 +646,7 @@ static void probe_thread(struct probe *p)
 	getrusage(RUSAGE_THREAD, &ru);
 	p->nivcsw = ru.ru_nivcsw;
 	p->nvcsw = ru.ru_nvcsw;
+	p->minflt = ru.ru_minflt;
 }
 
 /* Before the timed region: the pool first, this thread last; after it:
@@ -623,12 +656,14 @@ static void probe_before(const struct strat *s, struct probe *p)
 {
 	probe_pool(s, p);
 	p->kthread_ns = kthreads_ns();
+	p->steal = cpu_steal();
 	probe_thread(p);
 }
 
 static void probe_after(const struct strat *s, struct probe *p)
 {
 	probe_thread(p);
+	p->steal = cpu_steal();
 	p->kthread_ns = kthreads_ns();
 	probe_pool(s, p);
 }
@@ -639,6 +674,8 @@ static enum cause classify(const struct probe *a, const struct probe *b,
 	if (b->nivcsw > a->nivcsw &&
 	    (double)(b->kthread_ns - a->kthread_ns) >= dt_us * 1e3 / 2)
 		return C_KTHREAD;
+	if (b->steal > a->steal)
+		return C_STEAL;
 	if (b->nivcsw > a->nivcsw)
 		return C_PREEMPT;
 	if (b->faults > a->faults)
@@ -814,11 +851,14 @@ static void run(int id)
 			 * with it. */
 			fprintf(stderr, "\n step %zu at %.6f: %.0f us (grow "
 				"%.0f), last prepare placed %ld, %s (kernel "
-				"threads %.0f us, involuntary "
+				"threads %.0f us, steal +%llu ticks, minor "
+				"faults +%ld, involuntary "
 				"+%ld, voluntary +%ld, sync prepares +%llu, "
 				"faults +%llu)", t, t0 / 1e6, dt, t_grow,
 				last_prepare, cause_name[why],
 				(double)(p1.kthread_ns - p0.kthread_ns) / 1e3,
+				(unsigned long long)(p1.steal - p0.steal),
+				p1.minflt - p0.minflt,
 				p1.nivcsw - p0.nivcsw,
 				p1.nvcsw - p0.nvcsw,
 				(unsigned long long)(p1.sync_prepares -
@@ -910,7 +950,8 @@ static void run(int id)
 		r->own_worst_us = 0;
 		r->own_top = 0;
 		for (size_t t = 0; t < max_tok; t++) {
-			if (r->cause[t] == C_KTHREAD && r->stall[t] > SLOW_US) {
+			if ((r->cause[t] == C_KTHREAD ||
+			     r->cause[t] == C_STEAL) && r->stall[t] > SLOW_US) {
 				r->nkthread++;
 				continue;
 			}
@@ -1244,8 +1285,8 @@ static void kthread_beside(const struct result *r)
 {
 	if (r->nkthread)
 		printf(" (all steps: %.3f ms; %zu step%s over 0.5 ms taken by "
-		       "%s)", r->worst_us / 1e3, r->nkthread,
-		       r->nkthread > 1 ? "s" : "", kthread_names);
+		       "the machine: %s, or the host)", r->worst_us / 1e3,
+		       r->nkthread, r->nkthread > 1 ? "s" : "", kthread_names);
 }
 
 /* The floor's worst, beside a strategy's, when the floor itself is above
@@ -1348,8 +1389,9 @@ static int targets(void)
 		printf("\nnoise floor: worst %.3f ms, p99.9 %.3f ms",
 		       res[0].worst_us / 1e3, res[0].p999_us / 1e3);
 		if (res[0].nkthread)
-			printf(" (%zu step%s over 0.5 ms taken by %s; worst "
-			       "without them %.3f ms)", res[0].nkthread,
+			printf(" (%zu step%s over 0.5 ms taken by the machine: "
+			       "%s, or the host; worst without them %.3f ms)",
+			       res[0].nkthread,
 			       res[0].nkthread > 1 ? "s" : "", kthread_names,
 			       res[0].own_worst_us / 1e3);
 		printf("\n");
