@@ -4,6 +4,7 @@
  * it, at a glance. Exit status 0 when pools can be created, 1 otherwise;
  * it takes no options but --help and --version (anything else: status 2).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,76 @@ static void print_size(const char *label, size_t v)
 		printf("%s %zu bytes\n", label, v);
 }
 
+/* The bracketed word of a THP knob ("always [never] ..."), or "". */
+static void thp_mode(const char *path, char *out, size_t len)
+{
+	char b[256] = "", *l, *r;
+	FILE *f = fopen(path, "r");
+
+	out[0] = 0;
+	if (!f)
+		return;
+	if (fgets(b, sizeof(b), f) && (l = strchr(b, '[')) &&
+	    (r = strchr(l, ']'))) {
+		*r = 0;
+		snprintf(out, len, "%s", l + 1);
+	}
+	fclose(f);
+}
+
+/*
+ * Which shmem folio sizes the heaps get. sparsebuf never changes these
+ * settings; it allocates heap pages by writing zeros through the heap
+ * file (lib/heap.c, sbi_heap_zero), and shmem uses a large folio for
+ * such a write where the size's knob says always or within_size (advise
+ * needs a mapping with MADV_HUGEPAGE, which the heaps are not written
+ * through). A folio larger than the pool's page would put more memory
+ * under a page than the pool counts: worth saying.
+ */
+static void shmem_folios(size_t page_size)
+{
+	const char *dir = "/sys/kernel/mm/transparent_hugepage";
+	char top[32], path[512], mode[32], used[256] = "", big[256] = "";
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	snprintf(path, sizeof(path), "%s/shmem_enabled", dir);
+	thp_mode(path, top, sizeof(top));
+	if (!d || !top[0]) {
+		printf("  shmem folios:   4 KiB (no transparent huge pages)\n");
+		if (d)
+			closedir(d);
+		return;
+	}
+	while ((e = readdir(d))) {
+		unsigned long kib;
+		char *m = mode, *list;
+
+		if (sscanf(e->d_name, "hugepages-%lukB", &kib) != 1)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s/shmem_enabled", dir,
+			 e->d_name);
+		thp_mode(path, mode, sizeof(mode));
+		if (!strcmp(mode, "inherit"))
+			m = top;
+		if (!strcmp(top, "deny") ||
+		    (strcmp(m, "always") && strcmp(m, "within_size") &&
+		     strcmp(top, "force")))
+			continue;
+		list = (size_t)kib << 10 <= page_size ? used : big;
+		snprintf(list + strlen(list), 256 - strlen(list), " %luK(%s)",
+			 kib, m);
+	}
+	closedir(d);
+	printf("  shmem folios:   %s%s\n", used[0] ? "large:" : "4 KiB",
+	       used[0] ? used : " (no size up to the page size is always or "
+				"within_size; sparsebuf never sets them)");
+	if (big[0])
+		printf("                  larger than the page, also enabled:%s "
+		       "(a heap page may then hold more memory than the pool "
+		       "counts)\n", big);
+}
+
 int main(int argc, char **argv)
 {
 	struct sbc cli = {
@@ -156,6 +227,8 @@ int main(int argc, char **argv)
 		print_size("  page size:     ", o.page_size);
 	else
 		printf("  page size:      invalid (see the message above)\n");
+	if (o.page_size)
+		shmem_folios(o.page_size);
 	print_size("  heap size:     ", o.heap_size);
 	print_size("  budget:        ", o.max_bytes);
 	if (o.numa_node < 0)
