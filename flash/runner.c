@@ -19,10 +19,28 @@
 #include "sbkernels.h"
 #include "sparsebuf.h"
 
-/* Memory the process needs besides the weights and the pool: code, the
- * runtime's tables, kernel scratch, page tables. Taken off the budget
- * before the pool gets the rest. */
-#define SLACK_BYTES ((uint64_t)96 << 20)
+/* Memory the process will need beyond what it holds when the pool is
+ * made (measured then: code, libraries, the resident weights): the
+ * runtime's tables, thread stacks, kernel scratch, page tables. Taken off
+ * the budget with the KV cache before the pool gets the rest. It was a
+ * fixed 96 MiB that also stood for what is now measured, and the pool
+ * then held fewer neurons than the kernel's page cache did for mmap under
+ * the same budget (docs/flash.md). */
+#define SLACK_BYTES ((uint64_t)32 << 20)
+
+/* This process's resident bytes now (0 if unknown). */
+static uint64_t rss_now(void)
+{
+	unsigned long pages_total, pages_res = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	if (f) {
+		if (fscanf(f, "%lu %lu", &pages_total, &pages_res) != 2)
+			pages_res = 0;
+		fclose(f);
+	}
+	return (uint64_t)pages_res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
 
 const char *sbf_mode_name(enum sbf_mode m)
 {
@@ -108,6 +126,9 @@ struct flash {
 	int32_t *last;		/* (layers, hidden): last token that used
 				 * the neuron while we hold it; -1: not held */
 	int32_t *fresh;		/* (hidden) scratch: neurons to read */
+	uint8_t *uses;		/* (layers, hidden): tokens that used the
+				 * neuron while held, saturating at 255 */
+	uint32_t *age_count;	/* (AGE_BUCKETS) scratch: release_lru */
 	struct sb_range *ranges;/* (hidden) */
 	uint64_t new_neurons, unmapped, prefetched, pool_peak;
 	uint64_t shrunk;	/* times the window had to shrink */
@@ -169,6 +190,77 @@ static int release_leavers(struct flash *f, int l, int k)
 	return 0;
 }
 
+/*
+ * Release held bundles of layer l, least valuable first, until at least
+ * need bytes went (or nothing unused this token is left). Value is
+ * recency, then frequency: a bundle unused for a tokens counts as unused
+ * for a - 2 * log2(1 + uses) tokens, so one that many tokens used
+ * outlasts one used once at about the same time (the kernel's page cache
+ * keeps twice-touched pages on its active list likewise). This spends the
+ * whole budget on what was used lately and often, rather than releasing
+ * every bundle older than k tokens at once. Returns 0 or -errno.
+ */
+#define AGE_BUCKETS 1024
+
+static int lru_key(const struct flash *f, size_t g, int32_t last)
+{
+	int a = f->tok - last, u = f->uses[g], lg = 0;
+
+	while (u > 1 && lg < 8) {
+		u >>= 1;
+		lg++;
+	}
+	a -= 2 * lg;
+	if (a < 1)
+		a = 1;
+	return a < AGE_BUCKETS ? a : AGE_BUCKETS - 1;
+}
+
+static int release_lru(struct flash *f, int l, size_t need)
+{
+	int32_t *last = f->last + (size_t)l * f->h->hidden;
+	int32_t H = (int32_t)f->h->hidden;
+	size_t base = (size_t)l * f->h->hidden, freed = 0, want;
+	int cut;
+
+	if (!need)
+		return 0;
+	memset(f->age_count, 0, AGE_BUCKETS * sizeof(*f->age_count));
+	for (int32_t i = 0; i < H; i++)
+		if (last[i] >= 0 && last[i] < f->tok)
+			f->age_count[lru_key(f, base + (size_t)i, last[i])]++;
+	/* The smallest key whose bundles and all older ones free enough. */
+	want = (need + f->h->bundle - 1) / f->h->bundle;
+	for (cut = AGE_BUCKETS - 1; cut > 1; cut--) {
+		freed += f->age_count[cut];
+		if (freed >= want)
+			break;
+	}
+	for (int32_t i = 0; i < H;) {
+		int32_t j;
+		long r;
+
+		if (last[i] < 0 || last[i] >= f->tok ||
+		    lru_key(f, base + (size_t)i, last[i]) < cut) {
+			i++;
+			continue;
+		}
+		for (j = i; j < H && last[j] >= 0 && last[j] < f->tok &&
+			    lru_key(f, base + (size_t)j, last[j]) >= cut;
+		     j++) {
+			last[j] = -1;
+			f->uses[base + (size_t)j] = 0;
+		}
+		r = sb_buf_unmap(f->buf, (base + (size_t)i) * f->h->bundle,
+				 (size_t)(j - i) * f->h->bundle);
+		if (r < 0)
+			return (int)r;
+		f->unmapped += (uint64_t)r;
+		i = j;
+	}
+	return 0;
+}
+
 static int flash_fetch(void *ctx, int l, const int32_t *idx, int n)
 {
 	struct flash *f = ctx;
@@ -178,10 +270,16 @@ static int flash_fetch(void *ctx, int l, const int32_t *idx, int n)
 	long q;
 
 	for (int j = 0; j < n; j++) {
+		uint8_t *u = &f->uses[(size_t)l * f->h->hidden + (size_t)idx[j]];
+
 		if (last[idx[j]] < 0)
 			f->fresh[nf++] = idx[j];
-		else
+		else if (last[idx[j]] != f->tok)
 			last[idx[j]] = f->tok;
+		else
+			continue;	/* named twice */
+		if (*u < 255)
+			(*u)++;
 	}
 	t0 = now_s();
 	if (f->release != SBF_RELEASE_NEVER) {
@@ -195,6 +293,17 @@ static int flash_fetch(void *ctx, int l, const int32_t *idx, int n)
 				f->pool_peak = st.bytes_resident;
 			over = st.bytes_resident + nf * f->h->bundle >
 			       f->max_bytes / 10 * 9;
+		}
+		/* Auto: least recently and frequently used first, just
+		 * enough to make room (the whole budget stays in use). */
+		if (over && f->release == SBF_RELEASE_AUTO) {
+			size_t goal = f->max_bytes / 10 * 9, have =
+				st.bytes_resident + nf * f->h->bundle;
+			int r = release_lru(f, l, have > goal ? have - goal : 0);
+
+			if (r < 0)
+				return r;
+			over = 0;
 		}
 		/* Under pressure the window shrinks (k, k - 1, ..., 1 tokens)
 		 * rather than let the pool drop bundles still in use. */
@@ -345,7 +454,9 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 		struct sb_pool_opts po;
 		uint64_t kv = (uint64_t)h.n_layers * o->steps * sbf_kv_dim(&h) *
 			      8;
-		uint64_t fixed = h.res_bytes + kv + SLACK_BYTES;
+		uint64_t held = rss_now(),
+			 fixed = (held > h.res_bytes ? held : h.res_bytes) +
+				 kv + SLACK_BYTES;
 
 		sb_pool_opts_init(&po);
 		po.page_size = (h.bundle & (h.bundle - 1)) ? 4096 : h.bundle;
@@ -386,8 +497,11 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 		fl.max_bytes = po.max_bytes ? po.max_bytes : SIZE_MAX;
 		fl.last = malloc((size_t)h.n_layers * h.hidden * 4);
 		fl.fresh = malloc((size_t)h.hidden * 4);
+		fl.uses = calloc((size_t)h.n_layers * h.hidden, 1);
+		fl.age_count = malloc(AGE_BUCKETS * sizeof(*fl.age_count));
 		fl.ranges = malloc((size_t)h.hidden * sizeof(*fl.ranges));
-		if (!fl.last || !fl.fresh || !fl.ranges) {
+		if (!fl.last || !fl.fresh || !fl.ranges || !fl.uses ||
+		    !fl.age_count) {
 			err = -ENOMEM;
 			goto out;
 		}
@@ -459,6 +573,7 @@ out:
 	sb_buf_destroy(fl.buf);
 	sb_pool_destroy(fl.pool);
 	free(fl.last), free(fl.fresh), free(fl.ranges);
+	free(fl.uses), free(fl.age_count);
 	if (map != MAP_FAILED)
 		munmap(map, h.file_bytes);
 	free(resmem);
