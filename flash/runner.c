@@ -462,7 +462,9 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 		po.page_size = (h.bundle & (h.bundle - 1)) ? 4096 : h.bundle;
 		po.heap_size = (size_t)64 << 20;
 		po.numa_node = -1;
-		if (o->budget) {
+		if (o->pool_bytes) {
+			po.max_bytes = (size_t)o->pool_bytes & ~(po.page_size - 1);
+		} else if (o->budget) {
 			if (o->budget < fixed + 64 * (uint64_t)h.bundle) {
 				fprintf(stderr,
 					"sbflash: budget %.0f MiB leaves no room "

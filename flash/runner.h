@@ -34,6 +34,9 @@ struct sbf_opts {
 	const char *path;
 	enum sbf_mode mode;
 	uint64_t budget;	/* bytes for the whole process; 0: none */
+	uint64_t pool_bytes;	/* flash: the pool's budget outright (tests:
+				 * what the process holds varies, under ASan
+				 * most); 0: derived from budget */
 	int k;			/* window: neurons of the last k tokens stay */
 	int steps;
 	uint64_t seed;		/* of the input token sequence */
