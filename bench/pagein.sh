@@ -44,6 +44,9 @@ status=0
 thp=/sys/kernel/mm/transparent_hugepage/shmem_enabled
 if [ -w "$thp" ]; then
 	was=$(sed 's/.*\[\(.*\)\].*/\1/' "$thp")
+	# A kill -9 cannot be trapped: say how to put it back first.
+	echo
+	echo "(shmem_enabled is set for the next run; if this is killed, restore it: echo $was > $thp)"
 	trap 'echo "$was" > "$thp"' EXIT INT TERM
 	for mode in "$was" within_size; do
 		echo
