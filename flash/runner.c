@@ -194,7 +194,7 @@ static int release_leavers(struct flash *f, int l, int k)
  * Release held bundles of layer l, least valuable first, until at least
  * need bytes went (or nothing unused this token is left). Value is
  * recency, then frequency: a bundle unused for a tokens counts as unused
- * for a - 2 * log2(1 + uses) tokens, so one that many tokens used
+ * for a - 2 * floor(log2(uses)) tokens, so one that many tokens used
  * outlasts one used once at about the same time (the kernel's page cache
  * keeps twice-touched pages on its active list likewise). This spends the
  * whole budget on what was used lately and often, rather than releasing
