@@ -152,6 +152,20 @@ static size_t add_range(struct flash *f, size_t nr, int l, int32_t i)
 	return nr + 1;
 }
 
+/* Unmap bundles [i, j) of layer l (one call), counting them. */
+static int unmap_run(struct flash *f, int l, int32_t i, int32_t j)
+{
+	long r = sb_buf_unmap(f->buf,
+			      ((size_t)l * f->h->hidden + (size_t)i) *
+				      f->h->bundle,
+			      (size_t)(j - i) * f->h->bundle);
+
+	if (r < 0)
+		return (int)r;
+	f->unmapped += (uint64_t)r;
+	return 0;
+}
+
 /* Release, in runs, the bundles of layer l that none of the last k tokens
  * used. */
 static int release_leavers(struct flash *f, int l, int k)
@@ -169,19 +183,20 @@ static int release_leavers(struct flash *f, int l, int k)
 		}
 		for (j = i; j < H && last[j] >= 0 && last[j] <= old; j++)
 			last[j] = -1;
-		if (f->release == SBF_RELEASE_ADVISE)
-			/* Keep the data, but let the pool's CLOCK hand
-			 * drop these first when it needs room. */
-			r = sb_buf_advise(f->buf,
-					  ((size_t)l * f->h->hidden + (size_t)i) *
-						  f->h->bundle,
-					  (size_t)(j - i) * f->h->bundle,
-					  SB_ADVICE_COLD);
-		else
-			r = sb_buf_unmap(f->buf,
-					 ((size_t)l * f->h->hidden + (size_t)i) *
-						 f->h->bundle,
-					 (size_t)(j - i) * f->h->bundle);
+		if (f->release != SBF_RELEASE_ADVISE) {
+			int e = unmap_run(f, l, i, j);
+
+			if (e < 0)
+				return e;
+			i = j;
+			continue;
+		}
+		/* Keep the data, but let the pool's CLOCK hand drop these
+		 * first when it needs room. */
+		r = sb_buf_advise(f->buf,
+				  ((size_t)l * f->h->hidden + (size_t)i) *
+					  f->h->bundle,
+				  (size_t)(j - i) * f->h->bundle, SB_ADVICE_COLD);
 		if (r < 0)
 			return (int)r;
 		f->unmapped += (uint64_t)r;
@@ -238,7 +253,7 @@ static int release_lru(struct flash *f, int l, size_t need)
 	}
 	for (int32_t i = 0; i < H;) {
 		int32_t j;
-		long r;
+		int r;
 
 		if (last[i] < 0 || last[i] >= f->tok ||
 		    lru_key(f, base + (size_t)i, last[i]) < cut) {
@@ -251,11 +266,9 @@ static int release_lru(struct flash *f, int l, size_t need)
 			last[j] = -1;
 			f->uses[base + (size_t)j] = 0;
 		}
-		r = sb_buf_unmap(f->buf, (base + (size_t)i) * f->h->bundle,
-				 (size_t)(j - i) * f->h->bundle);
+		r = unmap_run(f, l, i, j);
 		if (r < 0)
-			return (int)r;
-		f->unmapped += (uint64_t)r;
+			return r;
 		i = j;
 	}
 	return 0;
