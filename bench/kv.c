@@ -304,7 +304,7 @@ static void strat_init(struct strat *s, int id)
 	case 5:
 	case 6: {
 		struct sb_kv_config cfg = {LAYERS, KVH, HD, SB_KV_BF16,
-					   max_tok, NULL, 0};
+					   max_tok, NULL, 0, 0};
 		int err;
 
 		s->pool = new_pool();
@@ -984,7 +984,7 @@ static void sessions_table(void)
 	struct sb_pool_opts o;
 	struct sb_pool *pool;
 	struct sb_kv_seq *base, *seq[NS];
-	struct sb_kv_config cfg = {LAYERS, KVH, HD, SB_KV_BF16, 0, NULL, 0};
+	struct sb_kv_config cfg = {LAYERS, KVH, HD, SB_KV_BF16, 0, NULL, 0, 0};
 	struct sb_stats st;
 	size_t independent = 0;
 	int err;

@@ -579,6 +579,20 @@ SB_API long sb_buf_placed(const struct sb_buf *cbuf, size_t off, size_t len)
 	return (long)n;
 }
 
+long sbi_buf_sole_pages(struct sb_buf *buf, size_t first, size_t end)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&buf->lock);
+	for (size_t i = first; i < end && i < buf->npages; i++) {
+		sbi_pid p = pte_pid(buf->pte[i]);
+
+		n += p && sbi_pool_refs(buf->pool, p - 1) == 1;
+	}
+	pthread_mutex_unlock(&buf->lock);
+	return (long)n;
+}
+
 /* ---- share ------------------------------------------------------------------ */
 
 /* Write-protect the placed, not yet protected pages of src's [s0, s0+n) so

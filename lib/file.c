@@ -24,8 +24,13 @@ void sbi_src_free(struct sbi_src *src)
 {
 	if (!src)
 		return;
-	if (src->fd >= 0)
+	/* A descriptor shared by several buffers (the regions of one KV
+	 * save file) is closed by the last. */
+	if (src->fd >= 0 &&
+	    (!src->fd_refs || atomic_fetch_sub(src->fd_refs, 1) == 1)) {
 		close(src->fd);
+		free(src->fd_refs);
+	}
 	sbi_meta_free(src->tables, src->tables_len);
 	free(src);
 }

@@ -401,6 +401,32 @@ struct sbi_src;
 struct sb_buf *sbi_buf_create(struct sb_pool *pool, size_t length,
 			      unsigned flags, struct sbi_src *src, int *err);
 
+/* Pages of [first, end) placed in buf and held by nobody else (what
+ * releasing them would give back). */
+long sbi_buf_sole_pages(struct sb_buf *buf, size_t first, size_t end);
+
+/* ---- save.c: images of a buffer range in a file ----------------------------*/
+
+/* Bytes an image of npages pages takes (header, tables, data). */
+uint64_t sbi_save_image_size(const struct sb_pool *pool, size_t npages);
+/* Write pages [first, first + npages) of buf as an image at file offset
+ * base (4 KiB-aligned) of fd; the data through data_fd (O_DIRECT) when it
+ * is >= 0. Nothing is synced. */
+int sbi_save_image(struct sb_buf *buf, size_t first, size_t npages, int fd,
+		   int data_fd, uint64_t base);
+/* A buffer of max(image length, min_length) bytes showing the image at
+ * base of the file (tables read through table_fd, a buffered descriptor;
+ * pages through data_fd, O_DIRECT if direct). limit: the bytes of file
+ * from base; an image longer than max_length (0: no limit) is -EBADMSG.
+ * data_fd is the new buffer's (closed with
+ * it, or on failure) unless fd_refs counts its holders: then the buffer
+ * takes a reference. */
+struct sb_buf *sbi_restore_image(struct sb_pool *pool, int table_fd,
+				 int data_fd, bool direct,
+				 atomic_int *fd_refs, uint64_t base,
+				 uint64_t limit, size_t min_length,
+				 size_t max_length, unsigned flags, int *err);
+
 /* ---- verify.c ---------------------------------------------------------------*/
 
 /* For tests: 0 if every counter and reference agrees, else -EUCLEAN with
@@ -475,6 +501,9 @@ struct sbi_src {
 	uint64_t *present;	/* save: bitmap, 0 = hole (zeros) */
 	void *tables;		/* save: both, in sbi_meta memory */
 	size_t tables_len;
+	atomic_int *fd_refs;	/* NULL: fd is this source's own; else
+				 * holders of a shared fd (malloc'ed), the
+				 * last one closes it and frees this */
 };
 
 struct sb_buf {

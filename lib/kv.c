@@ -13,31 +13,12 @@
  * the lookahead), spreading the placements over several steps.
  */
 #include "internal.h"
-#include "sparsebuf_kv.h"
+#include "kv_seq.h"
 
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct sb_kv_seq {
-	struct sb_pool *pool;
-	struct sb_buf **buf;	/* (nregions): one sparse buffer per region,
-				 * so each grows on its own heap run */
-	struct sb_kv_config cfg;
-	int *window;		/* (n_layers), owned copy */
-	size_t row;		/* bytes per row */
-	size_t page;		/* the pool's page size */
-	size_t region;		/* bytes per region, page-aligned */
-	size_t nregions;	/* 2 * n_layers: K of layer l is 2l, V 2l+1 */
-	size_t lookahead;	/* positions */
-	size_t len;		/* positions held */
-	size_t *placed;		/* (nregions) bytes known placed from the
-				 * region's start (the high-water mark) */
-	size_t *asked;		/* (nregions) bytes asked of the prefetcher */
-	struct sb_range *ranges;	/* (nregions) scratch for prefetch */
-	size_t *start;		/* (n_layers) first position held */
-};
 
 static size_t dtype_size(enum sb_kv_dtype t)
 {
@@ -64,7 +45,7 @@ static struct sb_kv_seq *fail(int *err, int e)
 	return NULL;
 }
 
-static void free_seq(struct sb_kv_seq *s)
+void sbi_kv_free(struct sb_kv_seq *s)
 {
 	if (!s)
 		return;
@@ -76,11 +57,12 @@ static void free_seq(struct sb_kv_seq *s)
 	free(s->asked);
 	free(s->ranges);
 	free(s->start);
+	free(s->user);
 	free(s);
 }
 
-static struct sb_kv_seq *alloc_seq(struct sb_pool *pool,
-				   const struct sb_kv_config *cfg, int *err)
+struct sb_kv_seq *sbi_kv_alloc(struct sb_pool *pool,
+			       const struct sb_kv_config *cfg, int *err)
 {
 	struct sb_stats st;
 	struct sb_kv_seq *s;
@@ -88,7 +70,8 @@ static struct sb_kv_seq *alloc_seq(struct sb_pool *pool,
 	int r;
 
 	if (!pool || !cfg || cfg->n_layers <= 0 || cfg->n_kv_heads <= 0 ||
-	    cfg->head_dim <= 0 || cfg->max_ctx == 0)
+	    cfg->head_dim <= 0 || cfg->max_ctx == 0 ||
+	    (cfg->flags & ~SB_KV_EVICTABLE))
 		return fail(err, -EINVAL);
 	elt = dtype_size(cfg->dtype);
 	if (!elt)
@@ -125,14 +108,14 @@ static struct sb_kv_seq *alloc_seq(struct sb_pool *pool,
 	s->ranges = calloc(s->nregions, sizeof(*s->ranges));
 	s->start = calloc((size_t)cfg->n_layers, sizeof(*s->start));
 	if (!s->window || !s->placed || !s->asked || !s->ranges || !s->start) {
-		free_seq(s);
+		sbi_kv_free(s);
 		return fail(err, -ENOMEM);
 	}
 	for (int l = 0; l < cfg->n_layers; l++) {
 		int w = cfg->window ? cfg->window[l] : 0;
 
 		if (w < 0 || (size_t)w > cfg->max_ctx) {
-			free_seq(s);
+			sbi_kv_free(s);
 			return fail(err, -EINVAL);
 		}
 		s->window[l] = w;
@@ -147,22 +130,21 @@ static struct sb_kv_seq *kv_new(struct sb_pool *pool,
 				const struct sb_kv_config *cfg, bool first,
 				int *err)
 {
-	struct sb_kv_seq *s = alloc_seq(pool, cfg, err);
+	struct sb_kv_seq *s = sbi_kv_alloc(pool, cfg, err);
 	int e;
 
 	if (!s)
 		return NULL;
 	s->buf = calloc(s->nregions, sizeof(*s->buf));
 	if (!s->buf) {
-		free_seq(s);
+		sbi_kv_free(s);
 		return fail(err, -ENOMEM);
 	}
 	for (size_t g = 0; g < s->nregions; g++) {
-		/* Growth by touch alone (no sb_kv_prepare) takes no fault:
-		 * the pool keeps each region's next page placed ahead. */
-		s->buf[g] = sb_buf_create(pool, s->region, SB_BUF_GROWS, &e);
+		s->buf[g] = sb_buf_create(pool, s->region,
+					  sbi_kv_region_flags(cfg), &e);
 		if (!s->buf[g]) {
-			free_seq(s);
+			sbi_kv_free(s);
 			return fail(err, e);
 		}
 	}
@@ -171,7 +153,7 @@ static struct sb_kv_seq *kv_new(struct sb_pool *pool,
 	 * there is no burst to hold pages for, and what the pool holds beyond
 	 * the pages in use stays within its adaptive reserve (12 MiB). */
 	if (first && (e = place_first(s)) < 0) {
-		free_seq(s);
+		sbi_kv_free(s);
 		return fail(err, e);
 	}
 	/* Setup, like a dense cache's allocation: let the pool build its
@@ -179,6 +161,34 @@ static struct sb_kv_seq *kv_new(struct sb_pool *pool,
 	if (first)
 		sbi_pool_wait_ready(pool, 2 * s->nregions, 500);
 	return s;
+}
+
+struct sb_kv_seq *sbi_kv_new_empty(struct sb_pool *pool,
+				   const struct sb_kv_config *cfg, int *err)
+{
+	return kv_new(pool, cfg, false, err);
+}
+
+unsigned sbi_kv_region_flags(const struct sb_kv_config *cfg)
+{
+	/* Growth by touch alone (no sb_kv_prepare) takes no fault: the
+	 * pool keeps each region's next page placed ahead. An evictable
+	 * region cannot have that (eviction decides what stays placed):
+	 * sb_kv_prepare's requests ahead do the same for it. */
+	return cfg->flags & SB_KV_EVICTABLE ? SB_BUF_EVICTABLE : SB_BUF_GROWS;
+}
+
+size_t sbi_kv_block_positions(const struct sb_kv_seq *s)
+{
+	size_t a = s->page, b = s->row;
+
+	while (b) {	/* gcd(page, row) */
+		size_t t = a % b;
+
+		a = b;
+		b = t;
+	}
+	return s->page / a;
 }
 
 SB_API struct sb_kv_seq *sb_kv_create(struct sb_pool *pool,
@@ -207,7 +217,7 @@ static int place_first(struct sb_kv_seq *s)
 
 SB_API void sb_kv_destroy(struct sb_kv_seq *s)
 {
-	free_seq(s);
+	sbi_kv_free(s);
 }
 
 /* Place region r's pages up to byte `upto` from its start, now. */
@@ -392,7 +402,7 @@ SB_API struct sb_kv_seq *sb_kv_fork(struct sb_kv_seq *s, size_t n, int *err)
 			continue;
 		r = sb_buf_share(c->buf[g], 0, s->buf[g], 0, bytes);
 		if (r < 0) {
-			free_seq(c);
+			sbi_kv_free(c);
 			return fail(err, (int)r);
 		}
 		c->placed[g] = c->asked[g] = bytes;
@@ -475,5 +485,40 @@ SB_API int sb_kv_stats(const struct sb_kv_seq *s, struct sb_kv_stats *st)
 	st->pages_placed = (size_t)placed;
 	st->bytes_placed = (size_t)placed * s->page;
 	st->regions = s->nregions;
+	return 0;
+}
+
+SB_API long sb_kv_evict(struct sb_kv_seq *s)
+{
+	size_t floor;
+	long total = 0;
+
+	if (!s)
+		return -EINVAL;
+	for (size_t g = 0; g < s->nregions; g++) {
+		long r = sb_buf_evict(s->buf[g], 0, sb_buf_length(s->buf[g]));
+
+		if (r < 0)
+			return r;
+		total += r;
+	}
+	/* What was placed is on disk now, read back on touch. The next
+	 * prepare places (reads back) the page its first row lands in, and
+	 * asks ahead again from there. */
+	floor = s->len * s->row / s->page * s->page;
+	for (size_t g = 0; g < s->nregions; g++) {
+		if (s->placed[g] > floor)
+			s->placed[g] = floor;
+		if (s->asked[g] > floor)
+			s->asked[g] = floor;
+	}
+	return total;
+}
+
+SB_API int sb_kv_get_config(const struct sb_kv_seq *s, struct sb_kv_config *cfg)
+{
+	if (!s || !cfg)
+		return -EINVAL;
+	*cfg = s->cfg;	/* window: the sequence's own copy */
 	return 0;
 }

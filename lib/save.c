@@ -81,7 +81,8 @@ struct saver {
 	struct sb_buf *buf;
 	struct sbi_io_engine *io;
 	int fd;			/* data, O_DIRECT when possible */
-	uint64_t data_off;
+	uint64_t base;		/* file offset of the image */
+	uint64_t data_off;	/* from base */
 	size_t first;		/* first page saved */
 	uint64_t *present;
 	uint32_t *crc;
@@ -136,7 +137,7 @@ static int save_batch(struct saver *sv, size_t i, size_t end)
 			ios[n]->fd = sv->fd;
 			ios[n]->mem = mem;
 			ios[n]->len = ps;
-			ios[n]->off = sv->data_off + (k - sv->first) * ps;
+			ios[n]->off = sv->base + sv->data_off + (k - sv->first) * ps;
 			ios[n]->done = sbi_io_wait_done;
 			ios[n]->wait = &w;
 			n++;
@@ -201,8 +202,9 @@ static int save_data(struct saver *sv, struct sbi_disk *d, size_t first,
 	return r;
 }
 
-/* Tables, then the header, each made durable in that order: a file whose
- * header is there has everything the header describes. */
+/* The tables and the header, after the data. Not made durable here: the
+ * caller syncs the whole file once before its rename makes it visible
+ * (until then nobody can see it, so nothing needs ordering). */
 static int save_tables(int fd, const struct saver *sv, size_t npages,
 		       size_t ps, size_t bitmap_bytes, size_t crc_bytes)
 {
@@ -210,13 +212,10 @@ static int save_tables(int fd, const struct saver *sv, size_t npages,
 	char *head;
 	int r;
 
-	r = sbi_file_write_all(fd, sv->present, bitmap_bytes, BLOCK);
+	r = sbi_file_write_all(fd, sv->present, bitmap_bytes, sv->base + BLOCK);
 	if (r == 0)
 		r = sbi_file_write_all(fd, sv->crc, crc_bytes,
-				       BLOCK + bitmap_bytes);
-	/* One file, whichever description wrote it: its data and these. */
-	if (r == 0 && fdatasync(fd) < 0)
-		r = -errno;
+				       sv->base + BLOCK + bitmap_bytes);
 	if (r < 0)
 		return r;
 	memcpy(h.magic, SAVE_MAGIC, sizeof(h.magic));
@@ -228,53 +227,56 @@ static int save_tables(int fd, const struct saver *sv, size_t npages,
 	h.crc_off = BLOCK + bitmap_bytes;
 	h.data_off = sv->data_off;
 	/* One checksum over both tables, which lie back to back (and are
-	 * allocated back to back, see sb_buf_save). */
+	 * allocated back to back, see sbi_save_image). */
 	h.tables_crc = sbi_crc32c(sv->present, bitmap_bytes + crc_bytes);
 	h.header_crc = sbi_crc32c(&h, sizeof(h));
 	head = calloc(1, BLOCK);
 	if (!head)
 		return -ENOMEM;
 	memcpy(head, &h, sizeof(h));
-	r = sbi_file_write_all(fd, head, BLOCK, 0);
+	r = sbi_file_write_all(fd, head, BLOCK, sv->base);
 	free(head);
-	if (r == 0 && fdatasync(fd) < 0)
-		r = -errno;
 	return r;
 }
 
-SB_API int sb_buf_save(struct sb_buf *buf, size_t off, size_t len,
-		       const char *path)
+static void image_sizes(size_t npages, size_t ps, size_t *bitmap_bytes,
+			size_t *crc_bytes)
 {
-	struct sb_pool *pool;
-	struct sbi_disk *d;
+	size_t nblocks = npages * (ps / BLOCK);
+
+	*bitmap_bytes = round_block((nblocks + 63) / 64 * 8);
+	*crc_bytes = round_block(nblocks * sizeof(uint32_t));
+}
+
+uint64_t sbi_save_image_size(const struct sb_pool *pool, size_t npages)
+{
+	size_t bitmap_bytes, crc_bytes;
+
+	image_sizes(npages, pool->page_size, &bitmap_bytes, &crc_bytes);
+	return BLOCK + bitmap_bytes + crc_bytes +
+	       (uint64_t)npages * pool->page_size;
+}
+
+int sbi_save_image(struct sb_buf *buf, size_t first, size_t npages, int fd,
+		   int data_fd, uint64_t base)
+{
+	struct sb_pool *pool = buf->pool;
+	size_t ps = pool->page_size;
 	struct saver sv = {0};
-	struct sbi_replace t;
-	int data_fd = -1;
-	struct sbi_span pg;
-	size_t npages, ps, nblocks, bitmap_bytes, crc_bytes;
+	struct sbi_disk *d;
+	size_t bitmap_bytes, crc_bytes;
 	char *tables = NULL;
 	int r = 0;
 
-	if (!path || !*path)
-		return -EINVAL;
-	if ((r = sbi_check_buf(buf)) < 0 ||
-	    (r = sbi_check_range(buf, off, len)) < 0)
-		return r;
-	pool = buf->pool;
-	ps = pool->page_size;
-	if ((off & (ps - 1)) || !len)
-		return -EINVAL;
-	pg = sbi_span_touched(pool, off, len);
-	npages = pg.end - pg.first;
 	d = sbi_disk_get(pool, &r);
 	if (!d)
 		return r;
-	nblocks = npages * (ps / BLOCK);
-	bitmap_bytes = round_block((nblocks + 63) / 64 * 8);
-	crc_bytes = round_block(nblocks * sizeof(uint32_t));
+	image_sizes(npages, ps, &bitmap_bytes, &crc_bytes);
 	sv.buf = buf;
 	sv.io = d->io;
-	sv.first = pg.first;
+	sv.first = first;
+	sv.fd = data_fd >= 0 ? data_fd : fd;
+	sv.base = base;
 	sv.data_off = BLOCK + bitmap_bytes + crc_bytes;
 	/* The two tables in one allocation, as they lie in the file. */
 	if (posix_memalign((void **)&tables, BLOCK, bitmap_bytes + crc_bytes) ||
@@ -285,30 +287,57 @@ SB_API int sb_buf_save(struct sb_buf *buf, size_t off, size_t len,
 	memset(tables, 0, bitmap_bytes + crc_bytes);
 	sv.present = (uint64_t *)tables;
 	sv.crc = (uint32_t *)(tables + bitmap_bytes);
+	r = save_data(&sv, d, first, first + npages);
+	if (r == 0)
+		r = save_tables(fd, &sv, npages, ps, bitmap_bytes, crc_bytes);
+out:
+	free(tables);
+	free(sv.bounce);
+	return r;
+}
 
+SB_API int sb_buf_save(struct sb_buf *buf, size_t off, size_t len,
+		       const char *path)
+{
+	struct sbi_replace t;
+	int data_fd = -1;
+	struct sbi_span pg;
+	size_t npages;
+	int r = 0;
+
+	if (!path || !*path)
+		return -EINVAL;
+	if ((r = sbi_check_buf(buf)) < 0 ||
+	    (r = sbi_check_range(buf, off, len)) < 0)
+		return r;
+	if ((off & (buf->pool->page_size - 1)) || !len)
+		return -EINVAL;
+	if (!sbi_disk_get(buf->pool, &r))
+		return r;
+	pg = sbi_span_touched(buf->pool, off, len);
+	npages = pg.end - pg.first;
 	r = sbi_replace_begin(&t, path);
 	if (r < 0)
 		goto out;
 	/* The data through a second description of the new file, with
 	 * O_DIRECT where the file system takes it. */
 	data_fd = sbi_file_reopen_direct(t.fd, O_WRONLY);
-	sv.fd = data_fd >= 0 ? data_fd : t.fd;
 	/* The full length now: trailing holes read as holes. */
-	if (ftruncate(t.fd, (off_t)(sv.data_off + npages * ps)) < 0) {
+	if (ftruncate(t.fd, (off_t)sbi_save_image_size(buf->pool, npages)) < 0) {
 		r = -errno;
 		goto out;
 	}
-	r = save_data(&sv, d, pg.first, pg.end);
-	if (r == 0)
-		r = save_tables(t.fd, &sv, npages, ps, bitmap_bytes, crc_bytes);
+	r = sbi_save_image(buf, pg.first, npages, t.fd, data_fd, 0);
+	/* One file, whichever description wrote it: durable before the
+	 * rename shows it. */
+	if (r == 0 && fdatasync(t.fd) < 0)
+		r = -errno;
 	if (r == 0)
 		r = sbi_replace_commit(&t);
 out:
 	if (data_fd >= 0)
 		close(data_fd);
 	sbi_replace_end(&t);
-	free(tables);
-	free(sv.bounce);
 	return r;
 }
 
@@ -346,18 +375,20 @@ static int extents_add(struct extents *x, uint64_t off, uint64_t len)
  * that declare a terabyte cost what they hold. Where the file system
  * cannot tell holes from data, everything is read.
  */
-static int read_tables(int fd, const struct save_header *h, char *tables,
-		       size_t bitmap_bytes, struct extents *bx)
+static int read_tables(int fd, uint64_t base, const struct save_header *h,
+		       char *tables, size_t bitmap_bytes, struct extents *bx)
 {
 	uint64_t pos = BLOCK, end = h->data_off;
 	uint32_t crc = 0;
 	int r;
 
 	while (pos < end) {
-		off_t d = lseek(fd, (off_t)pos, SEEK_DATA), e;
+		off_t d = lseek(fd, (off_t)(base + pos), SEEK_DATA), e;
 
 		if (d < 0)
 			d = errno == ENXIO ? (off_t)end : (off_t)pos;
+		else
+			d -= (off_t)base;
 		if ((uint64_t)d > end)
 			d = (off_t)end;
 		if ((uint64_t)d < pos)
@@ -366,11 +397,13 @@ static int read_tables(int fd, const struct save_header *h, char *tables,
 		pos = (uint64_t)d;
 		if (pos >= end)
 			break;
-		e = lseek(fd, (off_t)pos, SEEK_HOLE);
+		e = lseek(fd, (off_t)(base + pos), SEEK_HOLE);
+		if (e >= 0)
+			e -= (off_t)base;
 		if (e < 0 || (uint64_t)e > end || (uint64_t)e <= pos)
 			e = (off_t)end;
 		r = sbi_file_read_all(fd, tables + (pos - BLOCK),
-				      (uint64_t)e - pos, pos);
+				      (uint64_t)e - pos, base + pos);
 		if (r < 0)
 			return r;
 		crc = sbi_crc32c_update(crc, tables + (pos - BLOCK),
@@ -390,17 +423,18 @@ static int read_tables(int fd, const struct save_header *h, char *tables,
 }
 
 /* Read and check the header and tables into src. */
-static int load_tables(int fd, const struct stat *st, struct sbi_src *src,
-		       uint64_t *length, struct extents *bx)
+static int load_tables(int fd, uint64_t base, uint64_t limit,
+		       struct sbi_src *src, uint64_t *length,
+		       struct extents *bx)
 {
 	struct save_header h;
 	size_t bitmap_bytes, crc_bytes;
 	uint32_t want;
 	int r;
 
-	if ((uint64_t)st->st_size < BLOCK)
+	if (limit < BLOCK)
 		return -EBADMSG;
-	r = sbi_file_read_all(fd, &h, sizeof(h), 0);
+	r = sbi_file_read_all(fd, &h, sizeof(h), base);
 	if (r < 0)
 		return r;
 	want = h.header_crc;
@@ -417,8 +451,7 @@ static int load_tables(int fd, const struct stat *st, struct sbi_src *src,
 	crc_bytes = round_block((size_t)h.nblocks * sizeof(uint32_t));
 	if (h.present_off != BLOCK || h.crc_off != BLOCK + bitmap_bytes ||
 	    h.data_off != h.crc_off + crc_bytes ||
-	    (uint64_t)st->st_size < h.data_off ||
-	    (uint64_t)st->st_size - h.data_off < h.length)
+	    limit < h.data_off || limit - h.data_off < h.length)
 		return -EBADMSG;
 	src->tables_len = bitmap_bytes + crc_bytes;
 	src->tables = sbi_meta_alloc(src->tables_len, false);
@@ -426,13 +459,13 @@ static int load_tables(int fd, const struct stat *st, struct sbi_src *src,
 		src->tables_len = 0;
 		return -ENOMEM;
 	}
-	r = read_tables(fd, &h, src->tables, bitmap_bytes, bx);
+	r = read_tables(fd, base, &h, src->tables, bitmap_bytes, bx);
 	if (r < 0)
 		return r;
 	src->present = src->tables;
 	src->crc = (uint32_t *)((char *)src->tables + bitmap_bytes);
 	src->nblocks = (size_t)h.nblocks;
-	src->base = h.data_off;
+	src->base = base + h.data_off;
 	src->size = h.length;
 	src->save = true;
 	*length = h.length;
@@ -496,44 +529,38 @@ static int strict_pages_in(struct sb_buf *buf)
 	return 0;
 }
 
-SB_API struct sb_buf *sb_buf_restore(struct sb_pool *pool, const char *path,
-				     unsigned flags, int *err)
+struct sb_buf *sbi_restore_image(struct sb_pool *pool, int table_fd,
+				 int data_fd, bool direct,
+				 atomic_int *fd_refs, uint64_t base,
+				 uint64_t limit, size_t min_length,
+				 size_t max_length, unsigned flags, int *err)
 {
 	struct sbi_src *src;
 	struct sb_buf *buf;
 	struct extents bx = {0};
-	struct stat st;
 	uint64_t length = 0;
-	int fd, direct, r = 0;
+	int r;
 
-	if (!pool || !path || (flags & ~(SB_BUF_STRICT | SB_BUF_EVICTABLE)))
-		return fail(err, -EINVAL);
-	if ((r = sbi_pool_check(pool)) < 0)
-		return fail(err, r);
-	if (!sbi_disk_get(pool, &r))
-		return fail(err, r);
-	fd = sbi_file_open_input(path, false, &st);
-	if (fd < 0)
-		return fail(err, fd);
 	src = calloc(1, sizeof(*src));
 	if (!src) {
-		close(fd);
+		if (!fd_refs)
+			close(data_fd);
 		return fail(err, -ENOMEM);
 	}
-	src->fd = fd;
-	r = load_tables(fd, &st, src, &length, &bx);
+	/* From here src holds data_fd (or a reference to it). */
+	src->fd = data_fd;
+	src->direct = direct;
+	src->fd_refs = fd_refs;
+	if (fd_refs)
+		atomic_fetch_add(fd_refs, 1);
+	r = load_tables(table_fd, base, limit, src, &length, &bx);
+	if (r == 0 && max_length && length > max_length)
+		r = -EBADMSG;
 	if (r < 0)
 		goto out;
-	/* Pages are read through a second description of the same file
-	 * (never reopened by name: the path may name a newer save by then),
-	 * O_DIRECT when the file system takes it. */
-	direct = sbi_file_reopen_direct(fd, O_RDONLY);
-	if (direct >= 0) {
-		close(fd);
-		src->fd = direct;
-		src->direct = true;
-	}
-	buf = sbi_buf_create(pool, (size_t)length, flags, src, &r);
+	buf = sbi_buf_create(pool, length > min_length ? (size_t)length
+						       : min_length,
+			     flags, src, &r);
 	if (!buf)
 		goto out;
 	pthread_rwlock_rdlock(&pool->layout);
@@ -552,4 +579,37 @@ out:
 	free(bx.e);
 	sbi_src_free(src);
 	return fail(err, r);
+}
+
+SB_API struct sb_buf *sb_buf_restore(struct sb_pool *pool, const char *path,
+				     unsigned flags, int *err)
+{
+	struct sb_buf *buf;
+	struct stat st;
+	int fd, data_fd, direct, r = 0;
+
+	if (!pool || !path || (flags & ~(SB_BUF_STRICT | SB_BUF_EVICTABLE)))
+		return fail(err, -EINVAL);
+	if ((r = sbi_pool_check(pool)) < 0)
+		return fail(err, r);
+	if (!sbi_disk_get(pool, &r))
+		return fail(err, r);
+	fd = sbi_file_open_input(path, false, &st);
+	if (fd < 0)
+		return fail(err, fd);
+	/* Pages are read through a second description of the same file
+	 * (never reopened by name: the path may name a newer save by then),
+	 * O_DIRECT when the file system takes it; the tables through the
+	 * first. */
+	direct = sbi_file_reopen_direct(fd, O_RDONLY);
+	data_fd = direct >= 0 ? direct : dup(fd);
+	if (data_fd < 0) {
+		r = -errno;
+		close(fd);
+		return fail(err, r);
+	}
+	buf = sbi_restore_image(pool, fd, data_fd, direct >= 0, NULL, 0,
+				(uint64_t)st.st_size, 0, 0, flags, &r);
+	close(fd);
+	return buf ? buf : fail(err, r);
 }

@@ -223,13 +223,7 @@ struct sbm_session *sbm_session_new(const struct sbm_model *m,
 		memset(s->dense_k, 0, s->dense_bytes);
 		memset(s->dense_v, 0, s->dense_bytes);
 	} else {
-		struct sb_kv_config cfg = {
-			.n_layers = m->c.n_layers,
-			.n_kv_heads = m->c.n_kv_heads,
-			.head_dim = m->head_size,
-			.dtype = (enum sb_kv_dtype)dtype,
-			.max_ctx = max_ctx,
-		};
+		struct sb_kv_config cfg = sbm_kv_config(m, dtype, max_ctx);
 		int e;
 
 		if (!pool)
@@ -244,6 +238,49 @@ struct sbm_session *sbm_session_new(const struct sbm_model *m,
 			return fail(err, e);
 		}
 	}
+	return s;
+}
+
+struct sb_kv_config sbm_kv_config(const struct sbm_model *m,
+				  enum sbk_dtype dtype, size_t max_ctx)
+{
+	struct sb_kv_config cfg = {
+		.n_layers = m->c.n_layers,
+		.n_kv_heads = m->c.n_kv_heads,
+		.head_dim = m->head_size,
+		.dtype = (enum sb_kv_dtype)dtype,
+		.max_ctx = max_ctx ? max_ctx : (size_t)m->c.seq_len,
+	};
+	return cfg;
+}
+
+struct sbm_session *sbm_session_adopt(const struct sbm_model *m,
+				      struct sb_kv_seq *kv, int *err)
+{
+	struct sb_kv_config cfg;
+	struct sbm_session *s;
+
+	if (!m || !kv || sb_kv_get_config(kv, &cfg) < 0)
+		return fail(err, -EINVAL);
+	/* This model's geometry, and a length it can continue from. */
+	if (cfg.n_layers != m->c.n_layers || cfg.n_kv_heads != m->c.n_kv_heads ||
+	    cfg.head_dim != m->head_size ||
+	    sb_kv_len(kv) > (size_t)m->c.seq_len)
+		return fail(err, -EBADMSG);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return fail(err, -ENOMEM);
+	s->m = m;
+	s->kind = SBM_KV_SPARSE;
+	s->dtype = (enum sbk_dtype)cfg.dtype;	/* the same numbering */
+	s->dense_bytes = (size_t)m->c.n_layers * (size_t)m->c.seq_len *
+			 (size_t)m->kv_dim * sbk_dtype_size(s->dtype);
+	if (alloc_activations(s) < 0) {
+		sbm_session_free(s);
+		return fail(err, -ENOMEM);
+	}
+	s->kv = kv;
+	s->pos = (int)sb_kv_len(kv);
 	return s;
 }
 

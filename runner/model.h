@@ -97,6 +97,16 @@ struct sbm_session *sbm_session_new(const struct sbm_model *m,
 				    enum sbm_kv_kind kind, enum sbk_dtype dtype,
 				    struct sb_pool *pool, size_t max_ctx,
 				    int *err);
+/* The sparse KV cache configuration of a session of m (max_ctx 0: the
+ * model's seq_len). */
+struct sb_kv_config sbm_kv_config(const struct sbm_model *m,
+				  enum sbk_dtype dtype, size_t max_ctx);
+/* A sparse session continuing kv (restored, or from a prefix cache) at
+ * position sb_kv_len(kv); it owns kv from then on (also on success only:
+ * on failure the caller still does). Errors: -EINVAL, -EBADMSG (kv is not
+ * of this model's geometry or is longer than its seq_len), -ENOMEM. */
+struct sbm_session *sbm_session_adopt(const struct sbm_model *m,
+				      struct sb_kv_seq *kv, int *err);
 /* A sparse session sharing s's positions [0, s->pos) (copy-on-write). */
 struct sbm_session *sbm_session_fork(struct sbm_session *s, int *err);
 void sbm_session_free(struct sbm_session *s);

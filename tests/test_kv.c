@@ -68,7 +68,7 @@ static int main_test(void)
 {
 	enum { L = 4, H = 2, D = 64 };
 	size_t elems = H * D, row = elems * 2;	/* f16: 256 B, 256 rows/page */
-	struct sb_kv_config cfg = {L, H, D, SB_KV_F16, 1 << 24, NULL, 0};
+	struct sb_kv_config cfg = {L, H, D, SB_KV_F16, 1 << 24, NULL, 0, 0};
 	struct sb_pool *p;
 	struct sb_kv_seq *s, *c;
 	struct sb_kv_stats st;

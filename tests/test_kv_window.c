@@ -25,7 +25,7 @@ static int main_test(void)
 {
 	enum { L = 2, KVH = 2, NH = 4, D = 64, WIN = 700, N = 3000 };
 	int win[L] = {WIN, 0};
-	struct sb_kv_config cfg = {L, KVH, D, SB_KV_BF16, 1 << 20, win, 0};
+	struct sb_kv_config cfg = {L, KVH, D, SB_KV_BF16, 1 << 20, win, 0, 0};
 	size_t row_elems = KVH * D;
 	struct sbk_attn a = {NH, KVH, D, 0};
 	struct sb_pool *p;

@@ -21,6 +21,7 @@
 #define SPARSEBUF_KV_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "sparsebuf.h"
 
@@ -45,7 +46,14 @@ struct sb_kv_config {
 	size_t lookahead;	/* positions placed ahead of use, in the
 				 * background, staggered over the regions;
 				 * 0 = default (a page of rows) */
+	unsigned flags;		/* SB_KV_* below; 0 = none */
 };
+
+/* In sb_kv_config.flags: the regions may go to disk (the pool's spill
+ * file) when the pool is at its budget, and sb_kv_evict parks them there
+ * on purpose. Without it a region's pages stay in memory unless
+ * sb_kv_evict is called. */
+#define SB_KV_EVICTABLE (1u << 0)
 
 struct sb_kv_seq;
 
@@ -97,6 +105,11 @@ size_t sb_kv_start(const struct sb_kv_seq *seq, int layer);
 void *sb_kv_k(const struct sb_kv_seq *seq, int layer);
 void *sb_kv_v(const struct sb_kv_seq *seq, int layer);
 
+/* The sequence's configuration (a restored one's comes from its file):
+ * cfg->window points into the sequence (valid until sb_kv_destroy).
+ * Errors: -EINVAL (NULL). */
+int sb_kv_get_config(const struct sb_kv_seq *seq, struct sb_kv_config *cfg);
+
 /* Bytes of one row: n_kv_heads * head_dim * element size. */
 size_t sb_kv_row_bytes(const struct sb_kv_seq *seq);
 
@@ -121,6 +134,97 @@ struct sb_buf *sb_kv_buf(const struct sb_kv_seq *seq, int layer, int v);
  * thread places them): for tests and measurements that count pages.
  * Errors: -EINVAL (NULL), and those of sb_buf_prefetch with WAIT. */
 int sb_kv_settle(const struct sb_kv_seq *seq);
+
+/* ---- Sessions: save, continue, park ------------------------------------- */
+
+/* Write the whole sequence to one file at path: its geometry, length,
+ * every page of every region holding rows [0, len) (placed or evicted;
+ * unplaced pages, such as those a sliding window released, are holes) and
+ * an opaque user blob (user_len bytes: the caller's own state, such as
+ * token ids and sampler state; at most 1 GiB). Atomic, as sb_buf_save: a
+ * new file is written beside path and renamed into place once durable,
+ * so an error, a full disk or a kill leaves the previous file as it was.
+ * The sequence is unchanged. Do not run a pass on it meanwhile. Errors:
+ * -EINVAL, and those of sb_buf_save (-EIO, -ENOSPC, -EISDIR, -ENODEV,
+ * -ENOENT, -EACCES, -ENOMEM, ...). */
+int sb_kv_save(struct sb_kv_seq *seq, const char *path, const void *user,
+	       size_t user_len);
+
+/* A new sequence from a file sb_kv_save wrote: the same geometry
+ * (flags included), length and sliding-window starts, in this pool (whose
+ * page size may differ from the saving pool's). Nothing is read beyond
+ * the header and tables: pages are read in lazily on touch or prepare,
+ * each checked against its CRC-32C (a damaged page raises SIGBUS on
+ * touch, -EIO from prepare). The file may be replaced or removed
+ * afterwards. Errors: the open(2) error, -EBADMSG (not a KV save file,
+ * damaged or truncated), -EINVAL, -ENODEV, -EISDIR, -ENOMEM, -ECHILD. */
+struct sb_kv_seq *sb_kv_restore(struct sb_pool *pool, const char *path,
+				int *err);
+
+/* The user blob of a restored sequence (its length in *len if len is not
+ * NULL). NULL and 0 for a sequence that was not restored or was saved
+ * with none. Valid until sb_kv_destroy. */
+const void *sb_kv_user(const struct sb_kv_seq *seq, size_t *len);
+
+/* Park an idle sequence: write its placed pages to the pool's spill file
+ * and release them (sb_buf_evict on every region). Addresses stay; the
+ * next prepare or touch reads back what it needs, only that. Pages shared
+ * with other sequences are written for this one and stay with the others.
+ * Works with or without SB_KV_EVICTABLE (which adds eviction by the pool
+ * under its budget). Returns the number of pages written out. Errors:
+ * -EINVAL, and those of sb_buf_evict (-ENOSPC: the pages of the failing
+ * batch stay resident, -EIO, -EOPNOTSUPP, ...). */
+long sb_kv_evict(struct sb_kv_seq *seq);
+
+/* ---- A prefix cache: token ids -> pages ---------------------------------- */
+
+/* Remembers the pages of prefixes that sequences computed, keyed by their
+ * token ids, and gives them to new sequences that start with the same
+ * tokens: shared (copy-on-write), never copied. Its unit is a block: the
+ * fewest whole positions that fill whole pages of a region (page size /
+ * gcd(page size, row bytes)). Keys are chain hashes of the model id, the
+ * geometry and each block's tokens with everything before (as vLLM's
+ * block hashes), confirmed by comparing the tokens in full. Calls on one
+ * cache are serialized (thread-safe). */
+struct sb_kv_cache;
+
+/* A cache for sequences of geometry cfg (flags: those of the sequences
+ * sb_kv_cache_get returns) and model model_id (prefixes of different
+ * models never match). It holds at most max_bytes of pages that only it
+ * holds (pages also held by live sequences cost nothing more; checked at
+ * each put, where the prefix just stored counts whole), keeping the most
+ * recently used: the least recently used go to disk first when
+ * the pool has a disk tier (an evictable buffer, a save or restore set it
+ * up) and are read back when a get shares them, else they are released.
+ * Errors: -EINVAL (NULL, bad geometry), -ENOMEM, and those of
+ * sb_buf_create. */
+struct sb_kv_cache *sb_kv_cache_create(struct sb_pool *pool,
+				       const struct sb_kv_config *cfg,
+				       const char *model_id, size_t max_bytes,
+				       int *err);
+
+/* Forget everything; pages also held by sequences stay with them. NULL is
+ * a no-op. */
+void sb_kv_cache_destroy(struct sb_kv_cache *cache);
+
+/* Remember the first n positions of seq (n <= sb_kv_len(seq)), computed
+ * from tokens[0..n), sharing their pages. Blocks already cached are kept
+ * as they are. Returns the positions stored: n rounded down to whole
+ * blocks. Errors: -EINVAL (NULL, a sequence of another geometry or pool),
+ * -ERANGE (n > len), -ENOMEM, and those of sb_buf_share. */
+long sb_kv_cache_put(struct sb_kv_cache *cache, struct sb_kv_seq *seq,
+		     const int32_t *tokens, size_t n);
+
+/* A new sequence (the cache's geometry) holding the longest cached prefix
+ * of tokens[0..n), its pages shared; *hit = its length in positions (a
+ * whole number of blocks; 0: an empty sequence). The caller computes
+ * positions [hit, n) itself (to get logits for the last token, ask with
+ * n - 1 tokens). A prefix stored from a sequence whose sliding window had
+ * released rows ends only where every windowed layer held its window.
+ * Errors: -EINVAL, -ENOMEM, and those of sb_kv_create and sb_buf_share. */
+struct sb_kv_seq *sb_kv_cache_get(struct sb_kv_cache *cache,
+				  const int32_t *tokens, size_t n, size_t *hit,
+				  int *err);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,654 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A prefix cache for KV sequences: token ids -> the pages of a sequence
+ * that computed them, shared (copy-on-write), never copied.
+ *
+ * Unit: a block, the fewest whole positions that fill whole pages of a
+ * region (sbi_kv_block_positions: 8 positions of 2 KiB rows in 16 KiB
+ * pages). A block's key is a chain hash, as vLLM's block hashes: the hash
+ * of its parent's key and its own tokens, the first block's parent being
+ * the model id and the geometry. So a key names a block and everything
+ * before it. Keys only find candidates: a match is confirmed by comparing
+ * the parent (by identity, which confirms everything before) and the
+ * block's tokens in full.
+ *
+ * Storage: the cache's own regions (a sequence's bookkeeping, one buffer
+ * per region, `cap` blocks long: address space only), a block in a slot.
+ * put shares the sequence's pages into the block's slot; get shares the
+ * slots of the longest match into a new sequence. The pages stay one copy
+ * for every holder; whoever writes first gets a private copy (a new
+ * sequence writes only past the hit, which lies on a block boundary, so in
+ * practice nobody copies).
+ *
+ * Sliding windows: a layer with a window has released the rows before its
+ * start, so a block stored from such a sequence may hold holes for that
+ * layer. A hit may end at a block only if every windowed layer held its
+ * whole window there when the block was stored (`endpoint`); the longest
+ * match is cut back to the last such block.
+ *
+ * Memory: max_bytes bounds the pages only the cache holds (pages also
+ * held by live sequences cost nothing more), checked at each put, where
+ * the blocks just stored count whole (the sequence they came from usually
+ * ends soon after: room is made for them now). Over it, the least recently
+ * used blocks with no cached children go first: to the pool's spill file
+ * when the pool has a disk tier (a later get reads them back as it shares
+ * them), else released. The number of blocks kept (on disk included) is
+ * bounded by the slots (4x max_bytes' worth, at least 256).
+ *
+ * Calls on one cache are serialized by its lock; the sequences it returns
+ * are the caller's, as any sequence.
+ */
+#include "internal.h"
+#include "kv_seq.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIN_SLOTS 256
+#define MAX_SLOTS ((size_t)1 << 20)
+
+struct block {
+	uint64_t key;		/* chain hash */
+	struct block *parent;	/* NULL: the first block */
+	struct block *next;	/* in the hash bucket */
+	int32_t *tokens;	/* (B) */
+	size_t slot;
+	size_t depth;		/* positions [depth * B, (depth + 1) * B) */
+	uint64_t last_use;
+	uint32_t children;
+	bool endpoint;		/* a hit may end here */
+	bool spilled;		/* its pages went to disk */
+	bool doomed;		/* being dropped (drop_subtree) */
+};
+
+struct sb_kv_cache {
+	pthread_mutex_t lock;
+	struct sb_pool *pool;
+	struct sb_kv_seq *proto;	/* the configuration (no regions) */
+	struct sb_kv_seq *store;	/* the cache's regions (no len) */
+	char *model_id;
+	uint64_t root;		/* key of "before the first block" */
+	size_t B;		/* positions per block */
+	size_t bb;		/* bytes per block per region */
+	size_t max_bytes;
+	size_t cap;		/* slots */
+	struct block **slot;	/* (cap) slot -> block */
+	size_t *free_slots;	/* stack */
+	size_t nfree, next_slot;
+	struct block **bucket;	/* (nbuckets), a power of two */
+	size_t nbuckets;
+	size_t nblocks;
+	uint64_t tick;
+};
+
+static struct sb_kv_cache *fail_c(int *err, int e)
+{
+	if (err)
+		*err = e;
+	return NULL;
+}
+
+static struct sb_kv_seq *fail_s(int *err, int e)
+{
+	if (err)
+		*err = e;
+	return NULL;
+}
+
+/* ---- keys ---------------------------------------------------------------------- */
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+	/* splitmix64's finaliser over h ^ v, then a rotate-multiply step:
+	 * a block's key depends on every token and on their order. */
+	h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+	h ^= h >> 30;
+	h *= 0xbf58476d1ce4e5b9ull;
+	h ^= h >> 27;
+	h *= 0x94d049bb133111ebull;
+	h ^= h >> 31;
+	return h;
+}
+
+static uint64_t block_key(uint64_t parent, const int32_t *t, size_t B)
+{
+	uint64_t h = mix(parent, B);
+
+	for (size_t i = 0; i < B; i++)
+		h = mix(h, (uint32_t)t[i]);
+	return h;
+}
+
+static uint64_t root_key(const char *model_id, const struct sb_kv_seq *s)
+{
+	uint64_t h = 0x53424b5643414348ull;	/* "SBKVCACH" */
+
+	for (const char *c = model_id; *c; c++)
+		h = mix(h, (unsigned char)*c);
+	h = mix(h, (uint64_t)s->cfg.n_layers);
+	h = mix(h, (uint64_t)s->cfg.n_kv_heads);
+	h = mix(h, (uint64_t)s->cfg.head_dim);
+	h = mix(h, (uint64_t)s->cfg.dtype);
+	for (int l = 0; l < s->cfg.n_layers; l++)
+		h = mix(h, (uint64_t)s->window[l]);
+	return h;
+}
+
+static struct block *find(struct sb_kv_cache *c, uint64_t key,
+			  const struct block *parent, const int32_t *t)
+{
+	for (struct block *b = c->bucket[key & (c->nbuckets - 1)]; b;
+	     b = b->next)
+		if (b->key == key && b->parent == parent &&
+		    !memcmp(b->tokens, t, c->B * sizeof(*t)))
+			return b;
+	return NULL;
+}
+
+/* ---- slots and pages ------------------------------------------------------------ */
+
+/* Pages of the block's slot only the cache holds, over every region. */
+static size_t sole_pages(struct sb_kv_cache *c, const struct block *b)
+{
+	size_t per = c->bb / c->store->page, n = 0;
+
+	for (size_t g = 0; g < c->store->nregions; g++) {
+		long r = sbi_buf_sole_pages(c->store->buf[g], b->slot * per,
+					    (b->slot + 1) * per);
+
+		if (r > 0)
+			n += (size_t)r;
+	}
+	return n;
+}
+
+/* Pages placed in the block's slot, over every region. */
+static size_t placed_pages(struct sb_kv_cache *c, const struct block *b)
+{
+	size_t n = 0;
+
+	for (size_t g = 0; g < c->store->nregions; g++) {
+		long r = sb_buf_placed(c->store->buf[g], b->slot * c->bb, c->bb);
+
+		if (r > 0)
+			n += (size_t)r;
+	}
+	return n;
+}
+
+static void unlink_block(struct sb_kv_cache *c, struct block *b)
+{
+	struct block **pp = &c->bucket[b->key & (c->nbuckets - 1)];
+
+	while (*pp != b)
+		pp = &(*pp)->next;
+	*pp = b->next;
+	if (b->parent)
+		b->parent->children--;
+	c->slot[b->slot] = NULL;
+	c->free_slots[c->nfree++] = b->slot;
+	c->nblocks--;
+	free(b->tokens);
+	free(b);
+}
+
+/* Release a block's pages and forget it (it has no children). */
+static void drop(struct sb_kv_cache *c, struct block *b)
+{
+	for (size_t g = 0; g < c->store->nregions; g++)
+		(void)sb_buf_unmap(c->store->buf[g], b->slot * c->bb, c->bb);
+	unlink_block(c, b);
+}
+
+/* The least recently used block with no children, not used by the call
+ * in progress. */
+static struct block *lru_leaf(struct sb_kv_cache *c)
+{
+	struct block *best = NULL;
+
+	for (size_t i = 0; i < c->next_slot; i++) {
+		struct block *b = c->slot[i];
+
+		if (!b || b->children || b->last_use == c->tick)
+			continue;
+		if (!best || b->last_use < best->last_use)
+			best = b;
+	}
+	return best;
+}
+
+static int by_depth_desc(const void *x, const void *y)
+{
+	const struct block *a = *(struct block *const *)x;
+	const struct block *b = *(struct block *const *)y;
+
+	return a->depth < b->depth ? 1 : a->depth > b->depth ? -1 : 0;
+}
+
+/* Drop b and every block after it (a block without its parent could
+ * never be found). They were used no more recently than b. Returns the
+ * pages only the cache held among them, from mine[] (by slot). */
+static size_t drop_subtree(struct sb_kv_cache *c, struct block *b,
+			   const size_t *mine)
+{
+	struct block **doomed;
+	size_t n = 0, pages = 0;
+	bool changed = true;
+
+	doomed = malloc(c->nblocks * sizeof(*doomed));
+	if (!doomed)
+		return 0;
+	doomed[n++] = b;
+	b->doomed = true;
+	/* Marked parents mark their children, a level per pass. */
+	while (changed) {
+		changed = false;
+		for (size_t i = 0; i < c->next_slot; i++) {
+			struct block *d = c->slot[i];
+
+			if (d && !d->doomed && d->parent && d->parent->doomed) {
+				d->doomed = true;
+				doomed[n++] = d;
+				changed = true;
+			}
+		}
+	}
+	/* Children before their parents. */
+	qsort(doomed, n, sizeof(*doomed), by_depth_desc);
+	for (size_t i = 0; i < n; i++) {
+		if (!doomed[i]->spilled)
+			pages += mine[doomed[i]->slot];
+		drop(c, doomed[i]);
+	}
+	free(doomed);
+	return pages;
+}
+
+static int by_last_use(const void *x, const void *y, void *arg)
+{
+	struct sb_kv_cache *c = arg;
+	const struct block *a = c->slot[*(const size_t *)x];
+	const struct block *b = c->slot[*(const size_t *)y];
+
+	if (a->last_use != b->last_use)
+		return a->last_use < b->last_use ? -1 : 1;
+	/* Deeper first: the end of a prefix before its beginning. */
+	return a->depth < b->depth ? 1 : a->depth > b->depth ? -1 : 0;
+}
+
+/* Bring the pages only the cache holds within max_bytes. The least
+ * recently used blocks that hold such pages go first: to disk when the
+ * pool has a disk tier (any block may: it stays findable), else released
+ * with the blocks after them. Blocks whose pages live sequences hold too
+ * cost nothing and stay. */
+static void trim(struct sb_kv_cache *c)
+{
+	bool disk = atomic_load(&c->pool->disk) != NULL;
+	size_t n = c->next_slot, nc = 0, pages = 0;
+	size_t max_pages = c->max_bytes / c->store->page;
+	size_t *mine, *order;
+
+	mine = calloc(n ? n : 1, sizeof(*mine));
+	order = calloc(n ? n : 1, sizeof(*order));
+	if (!mine || !order)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		struct block *b = c->slot[i];
+
+		if (!b || b->spilled)
+			continue;
+		/* The blocks of this call are counted whole, though the
+		 * sequence they came from holds them too: it usually goes
+		 * away soon after, and the older blocks must make room for
+		 * them then. They are never the ones to go. */
+		if (b->last_use == c->tick) {
+			pages += placed_pages(c, b);
+			continue;
+		}
+		mine[i] = sole_pages(c, b);
+		pages += mine[i];
+		if (mine[i])
+			order[nc++] = i;
+	}
+	if (pages <= max_pages)
+		goto out;
+	qsort_r(order, nc, sizeof(*order), by_last_use, c);
+	for (size_t k = 0; k < nc && pages > max_pages; k++) {
+		struct block *b = c->slot[order[k]];
+		bool ok = disk;
+
+		if (!b || b->spilled || b->doomed)
+			continue;
+		for (size_t g = 0; ok && g < c->store->nregions; g++)
+			ok = sb_buf_evict(c->store->buf[g], b->slot * c->bb,
+					  c->bb) >= 0;
+		if (ok) {
+			b->spilled = true;
+			pages -= mine[b->slot];
+			continue;
+		}
+		/* No disk tier, or it failed (full): release. A block used
+		 * by this call is never dropped (a subtree of an older
+		 * block holds none: a use touches the whole chain). */
+		pages -= drop_subtree(c, b, mine);
+	}
+out:
+	free(mine);
+	free(order);
+}
+
+/* A free slot, making room if every slot is taken. */
+static bool take_slot(struct sb_kv_cache *c, size_t *slot)
+{
+	struct block *b;
+
+	if (c->nfree) {
+		*slot = c->free_slots[--c->nfree];
+		return true;
+	}
+	if (c->next_slot < c->cap) {
+		*slot = c->next_slot++;
+		return true;
+	}
+	b = lru_leaf(c);
+	if (!b)
+		return false;
+	drop(c, b);
+	*slot = c->free_slots[--c->nfree];
+	return true;
+}
+
+/* Share blocks [i, j) between a sequence's regions (positions from
+ * i * B) and their slots, in runs of consecutive slots: to the cache
+ * (put) or from it (get). */
+static long share_blocks(struct sb_kv_cache *c, struct sb_kv_seq *s,
+			 struct block **chain, size_t i, size_t j, bool put)
+{
+	while (i < j) {
+		size_t k = i + 1;
+
+		while (k < j && chain[k]->slot == chain[k - 1]->slot + 1)
+			k++;
+		for (size_t g = 0; g < s->nregions; g++) {
+			struct sb_buf *sb = s->buf[g];
+			struct sb_buf *cb = c->store->buf[g];
+			size_t so = i * c->bb, co = chain[i]->slot * c->bb;
+			long r = put ? sb_buf_share(cb, co, sb, so, (k - i) * c->bb)
+				     : sb_buf_share(sb, so, cb, co, (k - i) * c->bb);
+
+			if (r < 0)
+				return r;
+		}
+		for (size_t t = i; t < k; t++)
+			chain[t]->spilled = false;
+		i = k;
+	}
+	return 0;
+}
+
+/* ---- the API --------------------------------------------------------------------- */
+
+SB_API struct sb_kv_cache *sb_kv_cache_create(struct sb_pool *pool,
+					      const struct sb_kv_config *cfg,
+					      const char *model_id,
+					      size_t max_bytes, int *err)
+{
+	struct sb_kv_cache *c;
+	struct sb_kv_config sc;
+	struct sb_kv_seq *probe;
+	size_t per_block;
+	int e;
+
+	if (!pool || !cfg || !model_id)
+		return fail_c(err, -EINVAL);
+	/* The geometry, checked as sb_kv_create does. */
+	probe = sbi_kv_alloc(pool, cfg, err);
+	if (!probe)
+		return NULL;
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		sbi_kv_free(probe);
+		return fail_c(err, -ENOMEM);
+	}
+	pthread_mutex_init(&c->lock, NULL);
+	c->pool = pool;
+	c->B = sbi_kv_block_positions(probe);
+	c->bb = c->B * probe->row;
+	c->max_bytes = max_bytes;
+	c->root = root_key(model_id, probe);
+	per_block = c->bb * probe->nregions;
+	c->cap = max_bytes / per_block * 4;
+	if (c->cap < MIN_SLOTS)
+		c->cap = MIN_SLOTS;
+	if (c->cap > MAX_SLOTS)
+		c->cap = MAX_SLOTS;
+	/* The store: the same regions, cap blocks long, never evicted by
+	 * the pool on its own (the cache says what goes to disk). */
+	sc = *cfg;
+	sc.window = probe->window;
+	sc.flags = 0;
+	sc.max_ctx = c->cap * c->B;
+	sc.lookahead = 0;
+	c->store = sbi_kv_alloc(pool, &sc, &e);
+	c->proto = probe;
+	c->model_id = strdup(model_id);
+	c->slot = calloc(c->cap, sizeof(*c->slot));
+	c->free_slots = calloc(c->cap, sizeof(*c->free_slots));
+	c->nbuckets = 1024;
+	c->bucket = calloc(c->nbuckets, sizeof(*c->bucket));
+	if (!c->store || !c->model_id || !c->slot || !c->free_slots ||
+	    !c->bucket) {
+		e = c->store ? -ENOMEM : e;
+		sb_kv_cache_destroy(c);
+		return fail_c(err, e);
+	}
+	c->store->buf = calloc(c->store->nregions, sizeof(*c->store->buf));
+	if (!c->store->buf) {
+		sb_kv_cache_destroy(c);
+		return fail_c(err, -ENOMEM);
+	}
+	for (size_t g = 0; g < c->store->nregions; g++) {
+		c->store->buf[g] = sb_buf_create(pool, c->store->region, 0, &e);
+		if (!c->store->buf[g]) {
+			sb_kv_cache_destroy(c);
+			return fail_c(err, e);
+		}
+	}
+	return c;
+}
+
+SB_API void sb_kv_cache_destroy(struct sb_kv_cache *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; c->slot && i < c->next_slot; i++)
+		if (c->slot[i]) {
+			free(c->slot[i]->tokens);
+			free(c->slot[i]);
+		}
+	sbi_kv_free(c->store);	/* releases every page it holds */
+	sbi_kv_free(c->proto);
+	free(c->model_id);
+	free(c->slot);
+	free(c->free_slots);
+	free(c->bucket);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+/* The sequence's geometry is the cache's. */
+static bool same_geometry(const struct sb_kv_cache *c,
+			  const struct sb_kv_seq *s)
+{
+	const struct sb_kv_seq *t = c->proto;
+
+	if (s->pool != c->pool || s->cfg.n_layers != t->cfg.n_layers ||
+	    s->cfg.n_kv_heads != t->cfg.n_kv_heads ||
+	    s->cfg.head_dim != t->cfg.head_dim || s->cfg.dtype != t->cfg.dtype)
+		return false;
+	for (int l = 0; l < s->cfg.n_layers; l++)
+		if (s->window[l] != t->window[l])
+			return false;
+	return true;
+}
+
+/* Every windowed layer of s holds its whole window at position e. */
+static bool endpoint_ok(const struct sb_kv_seq *s, size_t e)
+{
+	for (int l = 0; l < s->cfg.n_layers; l++) {
+		size_t w = (size_t)s->window[l];
+		size_t need = w && e > w ? e - w : 0;
+
+		if (w && s->start[l] > need)
+			return false;
+	}
+	return true;
+}
+
+SB_API long sb_kv_cache_put(struct sb_kv_cache *c, struct sb_kv_seq *s,
+			    const int32_t *tokens, size_t n)
+{
+	struct block **chain = NULL;
+	struct block *parent = NULL;
+	uint64_t key;
+	size_t nb, i, fresh;
+	long r = 0;
+
+	if (!c || !s || (n && !tokens))
+		return -EINVAL;
+	if (!same_geometry(c, s))
+		return -EINVAL;
+	if (n > s->len)
+		return -ERANGE;
+	nb = n / c->B;
+	if (!nb)
+		return 0;
+	chain = calloc(nb, sizeof(*chain));
+	if (!chain)
+		return -ENOMEM;
+	pthread_mutex_lock(&c->lock);
+	c->tick++;
+	key = c->root;
+	/* The blocks already cached. */
+	for (i = 0; i < nb; i++) {
+		struct block *b;
+
+		key = block_key(key, tokens + i * c->B, c->B);
+		b = find(c, key, parent, tokens + i * c->B);
+		if (!b)
+			break;
+		b->last_use = c->tick;
+		chain[i] = parent = b;
+	}
+	/* The rest, new: a slot each, then their pages shared in. */
+	for (fresh = i; i < nb; i++) {
+		struct block *b = calloc(1, sizeof(*b));
+		size_t slot;
+
+		if (b)
+			b->tokens = malloc(c->B * sizeof(*b->tokens));
+		if (!b || !b->tokens || !take_slot(c, &slot)) {
+			/* Out of memory, or of slots (every one in use by
+			 * this call): keep what fits. */
+			r = !b || !b->tokens ? -ENOMEM : 0;
+			if (b)
+				free(b->tokens);
+			free(b);
+			break;
+		}
+		if (i > 0)
+			key = chain[i - 1]->key;
+		else
+			key = c->root;
+		b->key = block_key(key, tokens + i * c->B, c->B);
+		memcpy(b->tokens, tokens + i * c->B, c->B * sizeof(*b->tokens));
+		b->parent = i ? chain[i - 1] : NULL;
+		b->slot = slot;
+		b->depth = i;
+		b->last_use = c->tick;
+		b->endpoint = endpoint_ok(s, (i + 1) * c->B);
+		b->next = c->bucket[b->key & (c->nbuckets - 1)];
+		c->bucket[b->key & (c->nbuckets - 1)] = b;
+		c->slot[slot] = b;
+		c->nblocks++;
+		if (b->parent)
+			b->parent->children++;
+		chain[i] = b;
+	}
+	if (i > fresh) {
+		long e = share_blocks(c, s, chain, fresh, i, true);
+
+		if (e < 0) {
+			/* Forget the new blocks, deepest first. */
+			while (i > fresh)
+				drop(c, chain[--i]);
+			r = e;
+		}
+	}
+	if (r == 0 || i > 0)
+		trim(c);
+	pthread_mutex_unlock(&c->lock);
+	free(chain);
+	return r < 0 && i == 0 ? r : (long)(i * c->B);
+}
+
+SB_API struct sb_kv_seq *sb_kv_cache_get(struct sb_kv_cache *c,
+					 const int32_t *tokens, size_t n,
+					 size_t *hit, int *err)
+{
+	struct block **chain = NULL;
+	struct block *parent = NULL;
+	struct sb_kv_seq *s;
+	uint64_t key;
+	size_t nb, i, end = 0;
+	long r;
+	int e;
+
+	if (hit)
+		*hit = 0;
+	if (!c || (n && !tokens) || !hit)
+		return fail_s(err, -EINVAL);
+	s = sbi_kv_new_empty(c->pool, &c->proto->cfg, &e);
+	if (!s)
+		return fail_s(err, e);
+	if (n > s->cfg.max_ctx)
+		n = s->cfg.max_ctx;
+	nb = n / c->B;
+	if (nb && !(chain = calloc(nb, sizeof(*chain)))) {
+		sb_kv_destroy(s);
+		return fail_s(err, -ENOMEM);
+	}
+	pthread_mutex_lock(&c->lock);
+	c->tick++;
+	key = c->root;
+	for (i = 0; i < nb; i++) {
+		struct block *b;
+
+		key = block_key(key, tokens + i * c->B, c->B);
+		b = find(c, key, parent, tokens + i * c->B);
+		if (!b)
+			break;
+		b->last_use = c->tick;
+		chain[i] = parent = b;
+		if (b->endpoint)
+			end = i + 1;
+	}
+	r = end ? share_blocks(c, s, chain, 0, end, false) : 0;
+	pthread_mutex_unlock(&c->lock);
+	free(chain);
+	if (r < 0) {
+		sb_kv_destroy(s);
+		return fail_s(err, (int)r);
+	}
+	s->len = end * c->B;
+	for (size_t g = 0; g < s->nregions; g++)
+		s->placed[g] = s->asked[g] = s->len * s->row;
+	for (int l = 0; l < s->cfg.n_layers; l++) {
+		size_t w = (size_t)s->window[l];
+
+		s->start[l] = w && s->len > w ? s->len - w : 0;
+	}
+	*hit = s->len;
+	return s;
+}
