@@ -10,7 +10,7 @@ usage() {
 usage: bench/run.sh [BUILD_DIR]
 
 Run every benchmark against the programs in BUILD_DIR (default build):
-place, perf-faults.sh, kernels_*, pagein.sh, flash.sh. Exit status 1 when
+place, perf-faults.sh, sessions, kernels_*, pagein.sh, flash.sh. Exit status 1 when
 one fails or misses a target.
 
 options:
@@ -33,6 +33,9 @@ step() {
 }
 step "$build/bench/place"
 step bench/perf-faults.sh "$build"
+# KV sessions: a shared system prompt, idle conversations parked (about
+# 30 s).
+step "$build/bench/sessions"
 for b in "$build"/bench/kernels_*; do
 	[ -x "$b" ] && step "$b"
 done

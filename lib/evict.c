@@ -650,7 +650,35 @@ int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 
 /* ---- the API ----------------------------------------------------------------- */
 
-SB_API long sb_buf_evict(struct sb_buf *buf, size_t off, size_t len)
+/* Evict the runs of [first, end) whose pages nobody else holds; locks
+ * held. */
+static long evict_sole_locked(struct sb_buf *buf, size_t first, size_t end)
+{
+	long total = 0;
+
+	for (size_t i = first; i < end;) {
+		size_t j = i;
+		long r;
+
+		while (j < end && sbi_pte_pid(buf->pte[j]) &&
+		       sbi_pool_refs(buf->pool, sbi_pte_pid(buf->pte[j]) - 1) ==
+			       1)
+			j++;
+		if (j == i) {
+			i++;
+			continue;
+		}
+		r = sbi_evict_locked(buf, i, j);
+		if (r < 0)
+			return r;
+		total += r;
+		i = j;
+	}
+	return total;
+}
+
+static long evict_range(struct sb_buf *buf, size_t off, size_t len,
+			bool sole)
 {
 	struct sb_pool *pool;
 	struct sbi_span sp;
@@ -676,10 +704,21 @@ SB_API long sb_buf_evict(struct sb_buf *buf, size_t off, size_t len)
 		usleep(100);
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);
-	r = sbi_evict_locked(buf, sp.first, sp.end);
+	r = sole ? evict_sole_locked(buf, sp.first, sp.end)
+		 : sbi_evict_locked(buf, sp.first, sp.end);
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
 	return r;
+}
+
+SB_API long sb_buf_evict(struct sb_buf *buf, size_t off, size_t len)
+{
+	return evict_range(buf, off, len, false);
+}
+
+long sbi_buf_evict_sole(struct sb_buf *buf, size_t off, size_t len)
+{
+	return evict_range(buf, off, len, true);
 }
 
 SB_API long sb_buf_advise(struct sb_buf *buf, size_t off, size_t len,

@@ -779,6 +779,9 @@ int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 	      bool reg_held);
 /* Evict the placed pages of [first, end); buf->lock held. */
 long sbi_evict_locked(struct sb_buf *buf, size_t first, size_t end);
+/* sb_buf_evict of the pages nobody else holds (a page shared with another
+ * buffer stays: writing it out would give no memory back). */
+long sbi_buf_evict_sole(struct sb_buf *buf, size_t off, size_t len);
 /* An entry that is not placed is being discarded (unmap, destroy, share):
  * give back its spill slot and kept page (not for one in flight: its
  * request owns them). */

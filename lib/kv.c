@@ -490,14 +490,25 @@ SB_API int sb_kv_stats(const struct sb_kv_seq *s, struct sb_kv_stats *st)
 
 SB_API long sb_kv_evict(struct sb_kv_seq *s)
 {
-	size_t floor;
+	size_t floor, held;
 	long total = 0;
 
 	if (!s)
 		return -EINVAL;
+	floor = s->len * s->row / s->page * s->page;
+	held = round_up(s->len * s->row, s->page);
 	for (size_t g = 0; g < s->nregions; g++) {
-		long r = sb_buf_evict(s->buf[g], 0, sb_buf_length(s->buf[g]));
+		size_t blen = sb_buf_length(s->buf[g]);
+		long r;
 
+		/* Pages past the length (placed ahead) hold no row: they are
+		 * released, not written and read back. */
+		if (blen > held) {
+			r = sb_buf_unmap(s->buf[g], held, blen - held);
+			if (r < 0)
+				return r;
+		}
+		r = sbi_buf_evict_sole(s->buf[g], 0, held);
 		if (r < 0)
 			return r;
 		total += r;
@@ -505,7 +516,6 @@ SB_API long sb_kv_evict(struct sb_kv_seq *s)
 	/* What was placed is on disk now, read back on touch. The next
 	 * prepare places (reads back) the page its first row lands in, and
 	 * asks ahead again from there. */
-	floor = s->len * s->row / s->page * s->page;
 	for (size_t g = 0; g < s->nregions; g++) {
 		if (s->placed[g] > floor)
 			s->placed[g] = floor;

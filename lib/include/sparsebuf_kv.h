@@ -166,10 +166,13 @@ struct sb_kv_seq *sb_kv_restore(struct sb_pool *pool, const char *path,
  * with none. Valid until sb_kv_destroy. */
 const void *sb_kv_user(const struct sb_kv_seq *seq, size_t *len);
 
-/* Park an idle sequence: write its placed pages to the pool's spill file
- * and release them (sb_buf_evict on every region). Addresses stay; the
- * next prepare or touch reads back what it needs, only that. Pages shared
- * with other sequences are written for this one and stay with the others.
+/* Park an idle sequence: write the placed pages only it holds to the
+ * pool's spill file and release them (sb_buf_evict on every region).
+ * Addresses stay; the next prepare or touch reads back what it needs,
+ * only that. Pages it shares with other sequences or a prefix cache stay
+ * placed: writing them would give no memory back, and they are at hand
+ * when it resumes. Pages past the length (placed ahead) are released
+ * without a write.
  * Works with or without SB_KV_EVICTABLE (which adds eviction by the pool
  * under its budget). Returns the number of pages written out. Errors:
  * -EINVAL, and those of sb_buf_evict (-ENOSPC: the pages of the failing
