@@ -599,6 +599,107 @@ static void sampling(void)
 	printf("sampling: sbrun -t 1e-44 and 1e-40 give the greedy ids\n");
 }
 
+/* ---- sessions: --save, --restore, --prompt-cache (issue 14) ---------------- */
+
+/* The ids of out after skipping `skip` of them equal want's. */
+static bool ids_tail_equal(const char *full, int skip, const char *tail)
+{
+	const char *p = full;
+
+	for (int i = 0; i < skip; i++) {
+		p = strchr(p, ' ');
+		if (!p)
+			return false;
+		p++;
+	}
+	return strcmp(p, tail) == 0;
+}
+
+static void sessions(void)
+{
+	struct res full, a, b, r, c1, c2;
+	const char *kv = tpath("s.kv");
+	static const char *prompt =
+		"5,9,14,200,7,7,31,64,2,90,11,12,13,14,15,16,17,18,19,20,21,22,"
+		"23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43";
+
+	if (!have_model) {
+		printf("sessions: %s not found: sbrun not run\n", MODEL);
+		return;
+	}
+	/* Greedy: one run of 256 against 100, saved, then continued. */
+	run(&full, TIMEOUT_S, bin("bin/sbrun"), MODEL, "-n", "256", "-t", "0",
+	    "--ids", NULL);
+	expect("sbrun -n 256", &full, 0, NULL);
+	run(&a, TIMEOUT_S, bin("bin/sbrun"), MODEL, "-n", "100", "-t", "0",
+	    "--ids", "--save", kv, NULL);
+	expect("sbrun -n 100 --save", &a, 0, NULL);
+	run(&b, TIMEOUT_S, bin("bin/sbrun"), MODEL, "-n", "256", "-t", "0",
+	    "--ids", "--restore", kv, NULL);
+	expect("sbrun -n 256 --restore", &b, 0, NULL);
+	if (strncmp(full.out, a.out, strlen(a.out) - 1) ||
+	    !ids_tail_equal(full.out, 100, b.out)) {
+		show("full", &full);
+		show("saved", &a);
+		show("restored", &b);
+		FAIL("save at 100 + restore to 256 != one run of 256");
+	}
+	/* Sampled, in three runs: the sampler's state travels too. */
+	run(&full, TIMEOUT_S, bin("bin/sbrun"), MODEL, "-n", "200", "-s", "42",
+	    "--ids", NULL);
+	run(&a, TIMEOUT_S, bin("bin/sbrun"), MODEL, "-n", "77", "-s", "42",
+	    "--ids", "--save", kv, NULL);
+	run(&b, TIMEOUT_S, bin("bin/sbrun"), MODEL, "-n", "150", "-s", "42",
+	    "--ids", "--restore", kv, "--save", kv, NULL);
+	expect("sbrun --restore --save (same file)", &b, 0, NULL);
+	run(&r, TIMEOUT_S, bin("bin/sbrun"), MODEL, "-n", "200", "-s", "42",
+	    "--ids", "--restore", kv, NULL);
+	expect("sbrun --restore (third)", &r, 0, NULL);
+	{
+		static char joined[3 * sizeof(full.out) + 8];
+
+		snprintf(joined, sizeof(joined), "%.*s %.*s %s",
+			 (int)strlen(a.out) - 1, a.out, (int)strlen(b.out) - 1,
+			 b.out, r.out);
+		if (strcmp(joined, full.out)) {
+			fprintf(stderr, "one run: %s\nthree: %s\n", full.out,
+				joined);
+			FAIL("-s 42: 77 + 150 + 200 saved and restored != one "
+			     "run of 200");
+		}
+	}
+	/* Refusals. */
+	run(&r, TIMEOUT_S, bin("bin/sbrun"), MODEL, "--restore",
+	    tpath("none.kv"), NULL);
+	expect("sbrun --restore missing", &r, 1, "No such file");
+	run(&r, TIMEOUT_S, bin("bin/sbrun"), MODEL, "--restore", MODEL, NULL);
+	expect("sbrun --restore a checkpoint", &r, 1, "not a session");
+	run(&r, TIMEOUT_S, bin("bin/sbrun"), MODEL, "--kv", "dense", "--save",
+	    kv, NULL);
+	expect("sbrun --kv dense --save", &r, 2, "one sparse session");
+	run(&r, TIMEOUT_S, bin("bin/sbrun"), MODEL, "--restore", kv,
+	    "--prompt-ids", "3,4", NULL);
+	expect("sbrun --restore --prompt-ids", &r, 2, "--restore");
+	/* The prompt cache: the same ids as forking, with hits. 4 KiB
+	 * pages: the prompt spans whole blocks of this tiny model. */
+	setenv("SPARSEBUF_PAGE_SIZE", "4K", 1);
+	run(&c1, TIMEOUT_S, bin("bin/sbrun"), MODEL, "-n", "120", "-s", "5",
+	    "--ids", "--sessions", "4", "--prompt-ids", prompt, NULL);
+	expect("sbrun --sessions 4", &c1, 0, NULL);
+	run(&c2, TIMEOUT_S, bin("bin/sbrun"), MODEL, "-n", "120", "-s", "5",
+	    "--ids", "--sessions", "4", "--prompt-ids", prompt,
+	    "--prompt-cache", "--stats", NULL);
+	unsetenv("SPARSEBUF_PAGE_SIZE");
+	expect("sbrun --sessions 4 --prompt-cache", &c2, 0, "3 hit(s)");
+	if (strcmp(c1.out, c2.out)) {
+		show("forked", &c1);
+		show("cached", &c2);
+		FAIL("--prompt-cache changed the ids");
+	}
+	printf("sessions: save at 100 + restore = one run; three runs with "
+	       "sampling = one; prompt cache: 3 hits, same ids\n");
+}
+
 /* ---- 5. crafted checkpoints (defect 7) ------------------------------------ */
 
 static void write_file(const char *path, const void *p, size_t n)
@@ -1175,7 +1276,7 @@ static int main_test(void)
 		{"bad_values", bad_values}, {"sampling", sampling},
 		{"llama_headers", llama_headers}, {"tokenizers", tokenizers},
 		{"flash_headers", flash_headers}, {"fifos", fifos},
-		{"destinations", destinations},
+		{"destinations", destinations}, {"sessions", sessions},
 	};
 	/* CLI_PARTS="fifos sampling": only those (to see one fail alone
 	 * against older programs). */
