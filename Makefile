@@ -154,7 +154,7 @@ test-build: lib tests $(TOOLS) bench-bin $(EXTRA_ALL)
 
 demo: deps-bench
 	@$(MAKE) --no-print-directory $(BUILD)/bin/sparsebuf-demo \
-		$(BUILD)/bin/sbrun $(BUILD)/bench/kv $(FLASH_BIN)
+		$(BUILD)/bin/sbrun $(BUILD)/bench/kv $(BUILD)/bench/sessions $(FLASH_BIN)
 	@demo/run.sh $(BUILD)
 
 # fork() tests start threads in the child of a threaded parent, which

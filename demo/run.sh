@@ -21,15 +21,36 @@ if [ -r "$model" ]; then
 	"$build/bin/sbrun" "$model" -n 200 -t 0.8 -s 7 --sessions 2 --stats \
 		--prompt-ids 378,455,473,456,435,299,362,409,283,264,283,452,288,13,431,293,430,417,363,416,315,342,418,424,400,442,402,303,266,299,374,466,396,303,271,362,390,469,306,469,423,314,347,305,356,333,425,377,354,304,330,341,382,468,473,402,299,483,456,465,341,317,436,363,454,315,377,360,408,472,453,327,316,266,417,277,299,369,283,266,417,264,277,439,456,407,309,341,436,330,466,377,422,436,472,465,466,407,465,466,473,330,386,431,304,472,453,380,299,483,475,452,477,295,412,302,330,275,377,271,341,438,452,287,302,341,438,303 \
 		--ids | cut -c1-80
+	say "4. A session saved after 100 positions, continued later to 256"
+	kv=$(mktemp -d "${TMPDIR:-/tmp}/sbdemo.XXXXXX")
+	"$build/bin/sbrun" "$model" -n 256 -t 0 --ids >"$kv/one"
+	"$build/bin/sbrun" "$model" -n 100 -t 0 --ids --save "$kv/s.kv" >"$kv/a"
+	ls -l "$kv/s.kv" | awk '{ print "   saved: " $5 " bytes (KV, ids, sampler state)" }'
+	"$build/bin/sbrun" "$model" -n 256 -t 0 --ids --restore "$kv/s.kv" \
+		--stats >"$kv/b" 2>"$kv/err"
+	grep '^restored' "$kv/err" | sed 's/^/   /'
+	if [ "$(cat "$kv/a" "$kv/b" | tr '\n' ' ')" = "$(tr '\n' ' ' <"$kv/one")" ]; then
+		echo "   saved + continued ids equal one uninterrupted run: yes"
+	else
+		echo "   saved + continued ids equal one uninterrupted run: NO"
+	fi
+	say "   two sessions served from a prefix cache (the prompt computed once)"
+	"$build/bin/sbrun" "$model" -n 200 -t 0.8 -s 7 --sessions 2 --stats \
+		--prompt-cache --prompt-ids 378,455,473,456,435,299,362,409,283,264,283,452,288,13,431,293,430,417,363,416,315,342,418,424,400,442,402,303,266,299,374,466,396,303,271,362,390,469,306,469,423,314,347,305,356,333,425,377,354,304,330,341,382,468,473,402,299,483,456,465,341,317,436,363,454,315,377,360,408,472,453,327,316,266,417,277,299,369,283,266,417,264,277,439,456,407,309,341,436,330,466,377,422,436,472,465,466,407,465,466,473,330,386,431,304,472,453,380,299,483,475,452,477,295,412,302,330,275,377,271,341,438,452,287,302,341,438,303 \
+		--ids 2>&1 >/dev/null | grep -E '^(prompt cache|pool)' | sed 's/^/   /'
+	rm -rf "$kv"
 	unset SPARSEBUF_PAGE_SIZE
 else
-	say "2-3. skipped: $model not found"
+	say "2-4. skipped: $model not found"
 fi
 
-say "4. KV cache growth, Qwen3-4B geometry, 4096 tokens, six strategies"
+say "5. Chat sessions sharing a 2048-token system prompt, parked when idle (12 of Qwen3-4B's layers)"
+"$build/bench/sessions" --layers 12 --convs 4 --turns 2 --dir "$build/demo-sessions" || true
+
+say "6. KV cache growth, Qwen3-4B geometry, 4096 tokens, six strategies"
 "$build/bench/kv" --tokens 4096 --out "$build/demo-kv" || true
 
-say "5. LLM in a flash: a 1.1 GiB model run under half its size, FFN neurons read from disk"
+say "7. LLM in a flash: a 1.1 GiB model run under half its size, FFN neurons read from disk"
 # A synthetic ReLU model (sbgen; cached under $build/flash/), then four
 # ways to run it under the same cgroup memory limit: resident (for its
 # logits only: it does not fit), naive mmap with dense FFNs, mmap with the
