@@ -28,7 +28,7 @@ SANFLAGS :=
 endif
 
 SOVERSION := 0
-VERSION := 0.1.0
+VERSION := $(shell sed -n 's/^#define SPARSEBUF_VERSION_STRING "\(.*\)"/\1/p' lib/include/sparsebuf.h)
 CC ?= cc
 OPT ?= -O2
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
@@ -136,8 +136,11 @@ $(BUILD)/bin/sparsebuf-demo: demo/demo.c $(LIB_A) $(COMMON_A) $(COMMON_HDR)
 # Build dependencies; the tests also want perf (test_perf skips without
 # it), the benchmarks gnuplot for their charts and fio (bench/pagein's
 # baseline).
+# Plain make installs nothing (and needs no dpkg): it checks for the
+# headers and libraries; make test, make demo and make bench install what
+# is missing on Debian.
 deps-check:
-	@scripts/deps.sh
+	@scripts/deps.sh --check
 
 deps-test:
 	@scripts/deps.sh linux-perf
@@ -178,22 +181,38 @@ bench-pagein: deps-bench
 	@$(MAKE) --no-print-directory $(BUILD)/bench/pagein
 	@bench/pagein.sh $(BUILD) $(PAGEIN_ARGS)
 
+# pkg-config files, their paths relative to ${prefix} where they lie under
+# it (a relocated tree keeps working).
+pc_path = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+
 sparsebuf.pc: Makefile
-	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
+	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(call pc_path,$(LIBDIR))' \
+		'includedir=$(call pc_path,$(INCDIR))' '' \
 		'Name: sparsebuf' 'Description: placement-sparse buffers over userfaultfd' \
 		'Version: $(VERSION)' 'Libs: -L$${libdir} -lsparsebuf' \
 		'Libs.private: $(LIBS)' 'Cflags: -I$${includedir}' > $(BUILD)/sparsebuf.pc
+	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(call pc_path,$(LIBDIR))' \
+		'includedir=$(call pc_path,$(INCDIR))' '' \
+		'Name: sbkernels' 'Description: CPU attention and FFN kernels over flat KV and weight buffers' \
+		'Version: $(VERSION)' 'Libs: -L$${libdir} -lsbkernels' \
+		'Libs.private: -lpthread -lm' 'Cflags: -I$${includedir}' > $(BUILD)/sbkernels.pc
 
-install: lib $(EXTRA_A) $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sbrun sparsebuf.pc
-	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR)
+# The libraries with their headers (libsbcommon and libsbflash are the
+# programs' own internals: not installed), the tools, and the licence.
+DOCDIR ?= $(PREFIX)/share/doc/sparsebuf
+install: lib $(KERNELS_A) $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sbrun $(FLASH_BIN) sparsebuf.pc
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) \
+		$(DESTDIR)$(DOCDIR)
 	install -m 644 lib/include/sparsebuf.h lib/include/sparsebuf_kv.h \
 		kernels/include/sbkernels.h $(DESTDIR)$(INCDIR)/
-	install -m 644 $(LIB_A) $(EXTRA_A) $(DESTDIR)$(LIBDIR)/
+	install -m 644 $(LIB_A) $(KERNELS_A) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/
 	ln -sf libsparsebuf.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libsparsebuf.so.$(SOVERSION)
 	ln -sf libsparsebuf.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libsparsebuf.so
-	install -m 644 $(BUILD)/sparsebuf.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
-	install -m 755 $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sbrun $(DESTDIR)$(BINDIR)/
+	install -m 644 $(BUILD)/sparsebuf.pc $(BUILD)/sbkernels.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+	install -m 755 $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sbrun $(FLASH_BIN) \
+		$(DESTDIR)$(BINDIR)/
+	install -m 644 LICENSE CHANGELOG.md README.md $(DESTDIR)$(DOCDIR)/
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -27,6 +27,9 @@
 #ifndef SPARSEBUF_INTERNAL_H
 #define SPARSEBUF_INTERNAL_H
 
+/* The library sees the _sz entry points and the 0.1 ones, not the inline
+ * wrappers programs get (sparsebuf.h, "Structs that grow"). */
+#define SPARSEBUF_BUILD 1
 #include "sparsebuf.h"
 
 #include <pthread.h>
@@ -426,6 +429,26 @@ struct sb_buf *sbi_restore_image(struct sb_pool *pool, int table_fd,
 				 atomic_int *fd_refs, uint64_t base,
 				 uint64_t limit, size_t min_length,
 				 size_t max_length, unsigned flags, int *err);
+
+/* ---- abi.c: structs that grow ----------------------------------------------*/
+
+/* The sizes of the public structs in 0.1 (what the plain-named entry
+ * points of 0.1 programs pass). */
+#define SBI_SIZE_POOL_OPTS_0_1 sizeof(struct sb_pool_opts)
+#define SBI_SIZE_STATS_0_1 sizeof(struct sb_stats)
+#define SBI_SIZE_FEATURES_0_1 sizeof(struct sb_features)
+#define SBI_SIZE_KV_CONFIG_0_1 offsetof(struct sb_kv_config, flags)
+#define SBI_SIZE_KV_STATS_0_1 sizeof(struct sb_kv_stats)
+
+/* A caller's struct of `size` bytes into ours of `known` (zeroed first):
+ * -EINVAL when smaller than the first release's (`min`), -E2BIG when the
+ * caller set a field past what this library knows. */
+int sbi_struct_in(void *ours, size_t known, const void *theirs, size_t size,
+		  size_t min);
+/* Ours out to a caller's struct of `size` bytes: no further than it, its
+ * fields past ours zeroed. -EINVAL when smaller than `min`. */
+int sbi_struct_out(void *theirs, size_t size, const void *ours, size_t known,
+		   size_t min);
 
 /* ---- verify.c ---------------------------------------------------------------*/
 

@@ -191,10 +191,25 @@ size_t sbi_kv_block_positions(const struct sb_kv_seq *s)
 	return s->page / a;
 }
 
+SB_API struct sb_kv_seq *sb_kv_create_sz(struct sb_pool *pool,
+					 const struct sb_kv_config *cfg,
+					 size_t size, int *err)
+{
+	struct sb_kv_config c;
+	int r;
+
+	if (!cfg)
+		return fail(err, -EINVAL);
+	r = sbi_struct_in(&c, sizeof(c), cfg, size, SBI_SIZE_KV_CONFIG_0_1);
+	if (r < 0)
+		return fail(err, r);
+	return kv_new(pool, &c, true, err);
+}
+
 SB_API struct sb_kv_seq *sb_kv_create(struct sb_pool *pool,
 				      const struct sb_kv_config *cfg, int *err)
 {
-	return kv_new(pool, cfg, true, err);
+	return sb_kv_create_sz(pool, cfg, SBI_SIZE_KV_CONFIG_0_1, err);
 }
 
 /* A sequence's first pages, placed at creation (setup, as a dense cache's
@@ -464,12 +479,31 @@ SB_API int sb_kv_settle(const struct sb_kv_seq *s)
 	return 0;
 }
 
-SB_API int sb_kv_stats(const struct sb_kv_seq *s, struct sb_kv_stats *st)
+static int kv_stats(const struct sb_kv_seq *s, struct sb_kv_stats *st);
+
+SB_API int sb_kv_stats_sz(const struct sb_kv_seq *s, struct sb_kv_stats *st,
+			  size_t size)
 {
-	long placed;
+	struct sb_kv_stats o;
+	int r;
 
 	if (!s || !st)
 		return -EINVAL;
+	r = kv_stats(s, &o);
+	if (r < 0)
+		return r;
+	return sbi_struct_out(st, size, &o, sizeof(o), SBI_SIZE_KV_STATS_0_1);
+}
+
+SB_API int sb_kv_stats(const struct sb_kv_seq *s, struct sb_kv_stats *st)
+{
+	return sb_kv_stats_sz(s, st, SBI_SIZE_KV_STATS_0_1);
+}
+
+static int kv_stats(const struct sb_kv_seq *s, struct sb_kv_stats *st)
+{
+	long placed;
+
 	memset(st, 0, sizeof(*st));
 	placed = 0;
 	for (size_t g = 0; g < s->nregions; g++) {
@@ -525,10 +559,12 @@ SB_API long sb_kv_evict(struct sb_kv_seq *s)
 	return total;
 }
 
-SB_API int sb_kv_get_config(const struct sb_kv_seq *s, struct sb_kv_config *cfg)
+SB_API int sb_kv_get_config_sz(const struct sb_kv_seq *s,
+				struct sb_kv_config *cfg, size_t size)
 {
 	if (!s || !cfg)
 		return -EINVAL;
-	*cfg = s->cfg;	/* window: the sequence's own copy */
-	return 0;
+	/* window: the sequence's own copy. */
+	return sbi_struct_out(cfg, size, &s->cfg, sizeof(s->cfg),
+			      SBI_SIZE_KV_CONFIG_0_1);
 }

@@ -389,19 +389,24 @@ static long share_blocks(struct sb_kv_cache *c, struct sb_kv_seq *s,
 
 /* ---- the API --------------------------------------------------------------------- */
 
-SB_API struct sb_kv_cache *sb_kv_cache_create(struct sb_pool *pool,
-					      const struct sb_kv_config *cfg,
-					      const char *model_id,
-					      size_t max_bytes, int *err)
+SB_API struct sb_kv_cache *sb_kv_cache_create_sz(struct sb_pool *pool,
+						 const struct sb_kv_config *ucfg,
+						 size_t cfg_size,
+						 const char *model_id,
+						 size_t max_bytes, int *err)
 {
 	struct sb_kv_cache *c;
-	struct sb_kv_config sc;
+	struct sb_kv_config sc, cfgv, *cfg = &cfgv;
 	struct sb_kv_seq *probe;
 	size_t per_block;
 	int e;
 
-	if (!pool || !cfg || !model_id)
+	if (!pool || !ucfg || !model_id)
 		return fail_c(err, -EINVAL);
+	e = sbi_struct_in(&cfgv, sizeof(cfgv), ucfg, cfg_size,
+			  SBI_SIZE_KV_CONFIG_0_1);
+	if (e < 0)
+		return fail_c(err, e);
 	/* The geometry, checked as sb_kv_create does. */
 	probe = sbi_kv_alloc(pool, cfg, err);
 	if (!probe)

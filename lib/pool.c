@@ -695,8 +695,31 @@ static struct sb_pool *fail(int *err, int e)
 	return NULL;
 }
 
+static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
+				   int *err);
+
+SB_API struct sb_pool *sb_pool_create_sz(const struct sb_pool_opts *opts,
+					 size_t size, int *err)
+{
+	struct sb_pool_opts o;
+	int r;
+
+	if (!opts)
+		return fail(err, -EINVAL);
+	r = sbi_struct_in(&o, sizeof(o), opts, size, SBI_SIZE_POOL_OPTS_0_1);
+	if (r < 0)
+		return fail(err, r);
+	return pool_create(&o, err);
+}
+
 SB_API struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts,
 				      int *err)
+{
+	return sb_pool_create_sz(opts, SBI_SIZE_POOL_OPTS_0_1, err);
+}
+
+static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
+				   int *err)
 {
 	const struct sb_features *f = sbi_features();
 	struct sb_pool *pool;
@@ -852,7 +875,28 @@ static uint64_t counter(_Atomic uint64_t *c)
 	return atomic_load_explicit(c, memory_order_relaxed);
 }
 
+static int pool_stats(struct sb_pool *pool, struct sb_stats *st);
+
+SB_API int sb_pool_stats_sz(struct sb_pool *pool, struct sb_stats *st,
+			    size_t size)
+{
+	struct sb_stats s;
+	int r;
+
+	if (!pool || !st)
+		return -EINVAL;
+	r = pool_stats(pool, &s);
+	if (r < 0)
+		return r;
+	return sbi_struct_out(st, size, &s, sizeof(s), SBI_SIZE_STATS_0_1);
+}
+
 SB_API int sb_pool_stats(struct sb_pool *pool, struct sb_stats *st)
+{
+	return sb_pool_stats_sz(pool, st, SBI_SIZE_STATS_0_1);
+}
+
+static int pool_stats(struct sb_pool *pool, struct sb_stats *st)
 {
 	int r;
 

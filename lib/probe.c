@@ -299,11 +299,18 @@ long sbi_max_map_count(void)
 	return read_long("/proc/sys/vm/max_map_count");
 }
 
-SB_API int sb_features_get(struct sb_features *f)
+SB_API int sb_features_get_sz(struct sb_features *f, size_t size)
 {
+	struct sb_features o;
+
 	if (!f)
 		return -EINVAL;
-	*f = *sbi_features();
-	f->map_count = sbi_map_count();
-	return 0;
+	o = *sbi_features();
+	o.map_count = sbi_map_count();
+	return sbi_struct_out(f, size, &o, sizeof(o), SBI_SIZE_FEATURES_0_1);
+}
+
+SB_API int sb_features_get(struct sb_features *f)
+{
+	return sb_features_get_sz(f, SBI_SIZE_FEATURES_0_1);
 }

@@ -121,10 +121,23 @@ void sbi_process_remove_pool(struct sb_pool *pool)
 	pthread_mutex_unlock(&default_lock);
 }
 
+SB_API void sb_pool_opts_init_sz(struct sb_pool_opts *opts, size_t size)
+{
+	struct sb_pool_opts o;
+
+	if (!opts)
+		return;
+	memset(&o, 0, sizeof(o));
+	sbi_env_opts(&o);
+	/* Too small for any release: left alone (sb_pool_create refuses
+	 * it). */
+	(void)sbi_struct_out(opts, size, &o, sizeof(o),
+			     SBI_SIZE_POOL_OPTS_0_1);
+}
+
 SB_API void sb_pool_opts_init(struct sb_pool_opts *opts)
 {
-	if (opts)
-		sbi_env_opts(opts);
+	sb_pool_opts_init_sz(opts, SBI_SIZE_POOL_OPTS_0_1);
 }
 
 /* default_lock held. */

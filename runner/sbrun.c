@@ -126,10 +126,52 @@ static int save_run(const char *path, struct sbm_session *s,
 	return e;
 }
 
+/*
+ * The pool of the sparse KV cache. Its page is the unit the cache grows,
+ * shares and caches prefixes in, so it follows the model: a sixteenth of
+ * a K or V region (seq_len rows), between 4 KiB and the default 256 KiB,
+ * unless SPARSEBUF_PAGE_SIZE says otherwise. stories260K's regions are
+ * 64 KiB: 4 KiB pages, where 256 KiB pages would commit 4x a dense
+ * cache; a model with a 32k context keeps 256 KiB.
+ */
+static struct sb_pool *default_pool(void)
+{
+	struct sb_pool *pool = sb_default_pool();
+
+	if (!pool)
+		fprintf(stderr, "sbrun: sparsebuf: %s\n",
+			strerror(-sb_default_pool_error()));
+	return pool;
+}
+
+static struct sb_pool *kv_pool(const struct sbm_model *m, enum sbk_dtype dtype)
+{
+	struct sb_pool_opts o;
+	struct sb_pool *pool;
+	size_t region, page = 4096;
+	int err;
+
+	if (getenv("SPARSEBUF_PAGE_SIZE"))
+		return default_pool();
+	sb_pool_opts_init(&o);
+	region = (size_t)m->c.seq_len * (size_t)m->kv_dim *
+		 sbk_dtype_size(dtype);
+	while (page * 2 <= region / 16 && page * 2 <= o.page_size)
+		page *= 2;
+	if (page == o.page_size || !o.page_size)
+		return default_pool();
+	o.page_size = page;
+	pool = sb_pool_create(&o, &err);
+	if (!pool)
+		fprintf(stderr, "sbrun: a pool of %zu KiB pages: %s\n",
+			page >> 10, strerror(-err));
+	return pool;
+}
+
 /* The session a --save left, or NULL with the reason printed. */
 static struct sbm_session *restore_run(const struct sbm_model *m,
-				       const char *path, struct saved_run *st,
-				       int **prev)
+				       struct sb_pool *pool, const char *path,
+				       struct saved_run *st, int **prev)
 {
 	const struct sbm_config *c = &m->c;
 	struct sbm_session *s;
@@ -138,12 +180,7 @@ static struct sbm_session *restore_run(const struct sbm_model *m,
 	size_t len;
 	int e;
 
-	if (!sb_default_pool()) {
-		fprintf(stderr, "sbrun: sparsebuf: %s\n",
-			strerror(-sb_default_pool_error()));
-		return NULL;
-	}
-	kv = sb_kv_restore(sb_default_pool(), path, &e);
+	kv = sb_kv_restore(pool, path, &e);
 	if (!kv) {
 		fprintf(stderr, "sbrun: %s: %s\n", path,
 			e == -EBADMSG ? "not a session saved by sbrun --save, "
@@ -235,7 +272,8 @@ static const struct sbc_opt opts[] = {
 /* --prompt-cache: each session looks the prompt (BOS and the prompt ids)
  * up in a prefix cache, computes the positions it did not find and its
  * first token, and puts the prompt there for the next session. */
-static int prompt_from_cache(const struct sbm_model *m, enum sbk_dtype dtype,
+static int prompt_from_cache(const struct sbm_model *m, struct sb_pool *pool,
+			     enum sbk_dtype dtype,
 			     const int *prompt, int nprompt, int steps,
 			     int nsess, struct sbm_session **s,
 			     struct sbm_sampler *sp, int *token, int *done,
@@ -246,14 +284,13 @@ static int prompt_from_cache(const struct sbm_model *m, enum sbk_dtype dtype,
 	int n = nprompt + 1 < steps ? nprompt + 1 : steps;
 	struct sb_kv_config cfg = sbm_kv_config(m, dtype, 0);
 	const struct sbm_config *c = &m->c;
-	struct sb_pool *pool = sb_default_pool();
 	int32_t *toks;
 	char model_id[96];
 	uint32_t h = 2166136261u;
 	int r = 0;
 
 	if (!pool)
-		return sb_default_pool_error();
+		return -ENOMEM;
 	/* The model: its shape and a hash of its first weights. */
 	for (int i = 0; i < 4096 && i < c->dim * c->dim; i++) {
 		uint32_t w;
@@ -341,6 +378,7 @@ int main(int argc, char **argv)
 	const char *save_path = NULL, *restore_path = NULL;
 	struct saved_run saved;
 	struct sb_kv_cache *cache = NULL;
+	struct sb_pool *pool = NULL;
 	long cache_hits = 0, cache_reused = 0;
 	double ttft[MAX_SESSIONS] = {0};
 	float temperature = 1.0f, topp = 0.9f;
@@ -451,14 +489,19 @@ int main(int argc, char **argv)
 	first_logits = malloc((size_t)m.c.vocab_size * sizeof(float));
 	if (!first_logits)
 		return 1;
+	if (kind == SBM_KV_SPARSE) {
+		pool = kv_pool(&m, dtype);
+		if (!pool)
+			return 1;
+	}
 	if (restore_path) {
-		s[0] = restore_run(&m, restore_path, &saved, &prev_ids);
+		s[0] = restore_run(&m, pool, restore_path, &saved, &prev_ids);
 		if (!s[0])
 			return 1;
 		nprev = saved.nout;
 		dtype = s[0]->dtype;
 	} else if (!pcache) {
-		s[0] = sbm_session_new(&m, kind, dtype, NULL, 0, &r);
+		s[0] = sbm_session_new(&m, kind, dtype, pool, 0, &r);
 		if (!s[0]) {
 			fprintf(stderr, "sbrun: KV cache: %s\n",
 				strerror(-r));
@@ -487,7 +530,7 @@ int main(int argc, char **argv)
 		goto decode;
 	}
 	if (pcache) {
-		r = prompt_from_cache(&m, dtype, prompt, nprompt, steps, nsess,
+		r = prompt_from_cache(&m, pool, dtype, prompt, nprompt, steps, nsess,
 				      s, sp, token, done, out, nout, ttft,
 				      &cache, &cache_hits, &cache_reused,
 				      &tokens_run);
@@ -617,7 +660,7 @@ decode:
 			nsess > 1 ? "; shared pages counted in each session"
 				  : "");
 		if (kind == SBM_KV_SPARSE &&
-		    sb_pool_stats(sb_default_pool(), &st) == 0)
+		    sb_pool_stats(pool, &st) == 0)
 			fprintf(stderr,
 				"pool: %zu pages of %zu KiB in use = %zu bytes "
 				"(shared pages once), %zu bytes resident, %llu "
@@ -655,6 +698,8 @@ decode:
 		free(out[i]);
 	}
 	sb_kv_cache_destroy(cache);
+	if (pool && pool != sb_default_pool())
+		sb_pool_destroy(pool);
 	free(prev_ids);
 	if (tokpath)
 		sbm_tokenizer_free(&tok);

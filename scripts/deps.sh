@@ -2,7 +2,31 @@
 # Make sure the Debian build dependencies are installed. As root, install
 # what is missing; otherwise print the exact command and fail.
 # Usage: scripts/deps.sh [extra-package ...]
+#        scripts/deps.sh --check    (plain make: install nothing, on any
+#                                    distribution; look for the headers
+#                                    and libraries the build needs)
 set -u
+if [ "${1:-}" = "--check" ]; then
+	ok=1
+	for h in liburing.h numa.h; do
+		printf '#include <%s>\n' "$h" | ${CC:-cc} -E -x c - >/dev/null 2>&1 || {
+			echo "sparsebuf: <$h> not found" >&2
+			ok=0
+		}
+	done
+	for l in uring numa; do
+		printf 'int main(void){return 0;}\n' |
+			${CC:-cc} -x c - -o /dev/null "-l$l" >/dev/null 2>&1 || {
+			echo "sparsebuf: -l$l not found" >&2
+			ok=0
+		}
+	done
+	[ "$ok" = 1 ] && exit 0
+	echo "sparsebuf: install liburing and libnuma with their headers (Debian:" \
+		"apt-get install -y liburing-dev libnuma-dev systemtap-sdt-dev;" \
+		"'make test' and 'make demo' do it when run as root)" >&2
+	exit 1
+fi
 pkgs="gcc make pkg-config liburing-dev libnuma-dev systemtap-sdt-dev $*"
 missing=""
 for p in $pkgs; do

@@ -24,8 +24,30 @@ extern "C" {
 #endif
 
 #define SPARSEBUF_VERSION_MAJOR 0
-#define SPARSEBUF_VERSION_MINOR 1
+#define SPARSEBUF_VERSION_MINOR 2
 #define SPARSEBUF_VERSION_PATCH 0
+#define SPARSEBUF_VERSION_STRING "0.2.0"
+
+/* The library's version at run time ("0.2.0"), and as a number (MAJOR *
+ * 10000 + MINOR * 100 + PATCH), to compare with the SPARSEBUF_VERSION_*
+ * this program was compiled against. */
+const char *sb_version(void);
+int sb_version_number(void);
+
+/*
+ * Structs that grow. The structs a caller fills or receives (sb_pool_opts,
+ * sb_stats, sb_features, sb_kv_config, sb_kv_stats) gain fields at their
+ * end in later releases. Every function taking one has a _sz form that is
+ * also told the struct's size as the caller knows it; the names without
+ * _sz are inline functions in these headers that pass
+ * sizeof(struct ...) as compiled, so source code needs no change. The
+ * library reads the fields it and the caller both know, takes the ones
+ * the caller does not know as 0 (their defaults), refuses a caller's
+ * field it does not know that is not 0 (-E2BIG: a newer program asking
+ * for something this library cannot do), and writes no further than the
+ * caller's size. Programs built against 0.1 call the plain names, exported
+ * with the 0.1 sizes. docs/api.md, "Compatibility", has the rules.
+ */
 
 /* ---- Pools of placement heaps ------------------------------------------ */
 
@@ -44,14 +66,15 @@ struct sb_pool_opts {
  * NUMA binding), then apply the SPARSEBUF_* environment variables. When a
  * variable is bad, page_size is left 0 so that sb_pool_create reports
  * -EINVAL; the library's constructor has already logged why. */
-void sb_pool_opts_init(struct sb_pool_opts *opts);
+void sb_pool_opts_init_sz(struct sb_pool_opts *opts, size_t opts_size);
 
 /* Create a pool. Starts its fault-handler and ready-page threads (their
  * CPUs set by the library, not inherited from the caller); commits no
  * memory until pages are placed. Errors: -EINVAL (bad options), -ENOSYS,
  * -EPERM or -EACCES (userfaultfd unavailable: sparsebuf-info says why),
  * -ENOMEM, -EMFILE, -ENFILE, -EAGAIN (no thread). */
-struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts, int *err);
+struct sb_pool *sb_pool_create_sz(const struct sb_pool_opts *opts,
+				  size_t opts_size, int *err);
 
 /* Destroy a pool and every buffer still alive in it (their addresses become
  * invalid). NULL is a no-op. */
@@ -94,7 +117,8 @@ struct sb_stats {
 
 /* Snapshot of the pool's accounting. Errors: -EINVAL, -ECHILD (a parent's
  * pool in a fork()ed child; so for every call below). */
-int sb_pool_stats(struct sb_pool *pool, struct sb_stats *st);
+int sb_pool_stats_sz(struct sb_pool *pool, struct sb_stats *st,
+		     size_t st_size);
 
 /* Give back what the pool holds without using it: the ready reserve and
  * every heap with no page in use. Returns the number of bytes released.
@@ -291,7 +315,36 @@ struct sb_features {
 /* Probe once per process (cached; a probe that ran short of descriptors or
  * memory is repeated at the next call); map_count is read fresh on each
  * call. Errors: -EINVAL (NULL). */
+int sb_features_get_sz(struct sb_features *f, size_t f_size);
+
+#ifndef SPARSEBUF_BUILD
+/* The plain names, for the struct sizes this program is compiled with. */
+static inline void sb_pool_opts_init(struct sb_pool_opts *opts)
+{
+	sb_pool_opts_init_sz(opts, sizeof(struct sb_pool_opts));
+}
+
+static inline struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts,
+					     int *err)
+{
+	return sb_pool_create_sz(opts, sizeof(struct sb_pool_opts), err);
+}
+
+static inline int sb_pool_stats(struct sb_pool *pool, struct sb_stats *st)
+{
+	return sb_pool_stats_sz(pool, st, sizeof(struct sb_stats));
+}
+
+static inline int sb_features_get(struct sb_features *f)
+{
+	return sb_features_get_sz(f, sizeof(struct sb_features));
+}
+#else
+void sb_pool_opts_init(struct sb_pool_opts *opts);
+struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts, int *err);
+int sb_pool_stats(struct sb_pool *pool, struct sb_stats *st);
 int sb_features_get(struct sb_features *f);
+#endif
 
 #ifdef __cplusplus
 }

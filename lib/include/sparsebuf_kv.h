@@ -60,8 +60,9 @@ struct sb_kv_seq;
 /* A new, empty sequence. Errors: -EINVAL (NULL, bad geometry, window longer
  * than max_ctx, sizes that overflow), -ENOMEM, -ECHILD, and those of
  * sb_buf_create and sb_buf_map. */
-struct sb_kv_seq *sb_kv_create(struct sb_pool *pool,
-			       const struct sb_kv_config *cfg, int *err);
+struct sb_kv_seq *sb_kv_create_sz(struct sb_pool *pool,
+				  const struct sb_kv_config *cfg,
+				  size_t cfg_size, int *err);
 
 /* Free a sequence; its pages return to the pool (pages shared with other
  * sequences stay with them). NULL is a no-op. */
@@ -108,7 +109,8 @@ void *sb_kv_v(const struct sb_kv_seq *seq, int layer);
 /* The sequence's configuration (a restored one's comes from its file):
  * cfg->window points into the sequence (valid until sb_kv_destroy).
  * Errors: -EINVAL (NULL). */
-int sb_kv_get_config(const struct sb_kv_seq *seq, struct sb_kv_config *cfg);
+int sb_kv_get_config_sz(const struct sb_kv_seq *seq, struct sb_kv_config *cfg,
+			size_t cfg_size);
 
 /* Bytes of one row: n_kv_heads * head_dim * element size. */
 size_t sb_kv_row_bytes(const struct sb_kv_seq *seq);
@@ -124,7 +126,8 @@ struct sb_kv_stats {
 };
 
 /* Errors: -EINVAL (NULL). */
-int sb_kv_stats(const struct sb_kv_seq *seq, struct sb_kv_stats *st);
+int sb_kv_stats_sz(const struct sb_kv_seq *seq, struct sb_kv_stats *st,
+		   size_t st_size);
 
 /* The buffer holding layer's K (v = 0) or V (v = 1) region, for
  * sb_buf_placed and friends. */
@@ -201,10 +204,11 @@ struct sb_kv_cache;
  * up) and are read back when a get shares them, else they are released.
  * Errors: -EINVAL (NULL, bad geometry), -ENOMEM, and those of
  * sb_buf_create. */
-struct sb_kv_cache *sb_kv_cache_create(struct sb_pool *pool,
-				       const struct sb_kv_config *cfg,
-				       const char *model_id, size_t max_bytes,
-				       int *err);
+struct sb_kv_cache *sb_kv_cache_create_sz(struct sb_pool *pool,
+					  const struct sb_kv_config *cfg,
+					  size_t cfg_size,
+					  const char *model_id,
+					  size_t max_bytes, int *err);
 
 /* Forget everything; pages also held by sequences stay with them. NULL is
  * a no-op. */
@@ -228,6 +232,42 @@ long sb_kv_cache_put(struct sb_kv_cache *cache, struct sb_kv_seq *seq,
 struct sb_kv_seq *sb_kv_cache_get(struct sb_kv_cache *cache,
 				  const int32_t *tokens, size_t n, size_t *hit,
 				  int *err);
+
+/* The plain names, for the struct sizes this program is compiled with
+ * (sparsebuf.h, "Structs that grow"). */
+#ifndef SPARSEBUF_BUILD
+static inline struct sb_kv_seq *sb_kv_create(struct sb_pool *pool,
+					     const struct sb_kv_config *cfg,
+					     int *err)
+{
+	return sb_kv_create_sz(pool, cfg, sizeof(struct sb_kv_config), err);
+}
+
+static inline int sb_kv_stats(const struct sb_kv_seq *seq,
+			      struct sb_kv_stats *st)
+{
+	return sb_kv_stats_sz(seq, st, sizeof(struct sb_kv_stats));
+}
+
+static inline int sb_kv_get_config(const struct sb_kv_seq *seq,
+				   struct sb_kv_config *cfg)
+{
+	return sb_kv_get_config_sz(seq, cfg, sizeof(struct sb_kv_config));
+}
+
+static inline struct sb_kv_cache *
+sb_kv_cache_create(struct sb_pool *pool, const struct sb_kv_config *cfg,
+		   const char *model_id, size_t max_bytes, int *err)
+{
+	return sb_kv_cache_create_sz(pool, cfg, sizeof(struct sb_kv_config),
+				     model_id, max_bytes, err);
+}
+#else
+/* The library's own: the 0.1 entry points (0.1 sizes). */
+struct sb_kv_seq *sb_kv_create(struct sb_pool *pool,
+			       const struct sb_kv_config *cfg, int *err);
+int sb_kv_stats(const struct sb_kv_seq *seq, struct sb_kv_stats *st);
+#endif
 
 #ifdef __cplusplus
 }
