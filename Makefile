@@ -182,7 +182,8 @@ bench-pagein: deps-bench
 	@bench/pagein.sh $(BUILD) $(PAGEIN_ARGS)
 
 # pkg-config files, their paths relative to ${prefix} where they lie under
-# it (a relocated tree keeps working).
+# it (a relocated tree keeps working). libsbkernels is static only: what
+# it needs is in Libs.
 pc_path = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
 
 sparsebuf.pc: Makefile
@@ -194,8 +195,8 @@ sparsebuf.pc: Makefile
 	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(call pc_path,$(LIBDIR))' \
 		'includedir=$(call pc_path,$(INCDIR))' '' \
 		'Name: sbkernels' 'Description: CPU attention and FFN kernels over flat KV and weight buffers' \
-		'Version: $(VERSION)' 'Libs: -L$${libdir} -lsbkernels' \
-		'Libs.private: -lpthread -lm' 'Cflags: -I$${includedir}' > $(BUILD)/sbkernels.pc
+		'Version: $(VERSION)' 'Libs: -L$${libdir} -lsbkernels -lpthread -lm' \
+		'Cflags: -I$${includedir}' > $(BUILD)/sbkernels.pc
 
 # The libraries with their headers (libsbcommon and libsbflash are the
 # programs' own internals: not installed), the tools, and the licence.
@@ -214,11 +215,18 @@ install: lib $(KERNELS_A) $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sbrun $(FLASH
 		$(DESTDIR)$(BINDIR)/
 	install -m 644 LICENSE CHANGELOG.md README.md $(DESTDIR)$(DOCDIR)/
 
+# examples/ built against an installed copy (a scratch prefix) through
+# pkg-config, and run.
+examples-check: build-all
+	@scripts/examples-check.sh $(BUILD)
+
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
 	rm -rf build build-asan build-tsan
 
+
+.PHONY: examples-check
 .PHONY: all build-all lib tests bench-bin deps-check deps-test deps-bench test test-build demo asan tsan bench bench-pagein install format clean sparsebuf.pc
 .SECONDARY:
