@@ -70,7 +70,24 @@ include tests/fuzz/fuzz.mk
 all: deps-check
 	@$(MAKE) --no-print-directory build-all
 
-build-all: lib $(TOOLS) tests bench-bin $(EXTRA_ALL)
+build-all: lib $(TOOLS) tests bench-bin $(EXTRA_ALL) man
+
+# Man pages: section 3 from the public headers' comments (one page per
+# function), section 1 from each tool's --help, section 7 written by hand.
+MAN_DATE := 2026-11-25
+MAN1_TOOLS := $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sbrun $(FLASH_BIN)
+man: $(BUILD)/man/.stamp
+$(BUILD)/man/.stamp: lib/include/sparsebuf.h lib/include/sparsebuf_kv.h \
+		scripts/mkman3.awk scripts/mkman1.sh man/sparsebuf.7 $(MAN1_TOOLS)
+	@echo "  MAN     $(BUILD)/man"
+	@rm -rf $(BUILD)/man && mkdir -p $(BUILD)/man/man3 $(BUILD)/man/man7
+	$(Q)for h in sparsebuf.h sparsebuf_kv.h; do \
+		awk -v outdir=$(BUILD)/man/man3 -v hdr=$$h -v version=$(VERSION) \
+			-v date=$(MAN_DATE) -f scripts/mkman3.awk lib/include/$$h 2>/dev/null || exit 1; \
+	done
+	$(Q)scripts/mkman1.sh $(BUILD)/man/man1 $(VERSION) $(MAN_DATE) $(MAN1_TOOLS)
+	$(Q)cp man/sparsebuf.7 $(BUILD)/man/man7/
+	@touch $@
 
 lib: $(LIB_A) $(LIB_SO)
 tests: $(TEST_BIN)
@@ -153,7 +170,7 @@ test: deps-test
 	@$(MAKE) --no-print-directory test-build
 	@tests/run.sh $(BUILD)/tests
 
-test-build: lib tests $(TOOLS) bench-bin $(EXTRA_ALL)
+test-build: lib tests $(TOOLS) bench-bin $(EXTRA_ALL) man
 
 demo: deps-bench
 	@$(MAKE) --no-print-directory $(BUILD)/bin/sparsebuf-demo \
@@ -201,7 +218,8 @@ sparsebuf.pc: Makefile
 # The libraries with their headers (libsbcommon and libsbflash are the
 # programs' own internals: not installed), the tools, and the licence.
 DOCDIR ?= $(PREFIX)/share/doc/sparsebuf
-install: lib $(KERNELS_A) $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sbrun $(FLASH_BIN) sparsebuf.pc
+MANDIR ?= $(PREFIX)/share/man
+install: lib $(KERNELS_A) $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sbrun $(FLASH_BIN) sparsebuf.pc man
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) \
 		$(DESTDIR)$(DOCDIR)
 	install -m 644 lib/include/sparsebuf.h lib/include/sparsebuf_kv.h \
@@ -214,6 +232,10 @@ install: lib $(KERNELS_A) $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sbrun $(FLASH
 	install -m 755 $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sbrun $(FLASH_BIN) \
 		$(DESTDIR)$(BINDIR)/
 	install -m 644 LICENSE CHANGELOG.md README.md $(DESTDIR)$(DOCDIR)/
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man7
+	install -m 644 $(BUILD)/man/man1/*.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 $(BUILD)/man/man3/*.3 $(DESTDIR)$(MANDIR)/man3/
+	install -m 644 $(BUILD)/man/man7/*.7 $(DESTDIR)$(MANDIR)/man7/
 
 # examples/ built against an installed copy (a scratch prefix) through
 # pkg-config, and run.
@@ -227,6 +249,6 @@ clean:
 	rm -rf build build-asan build-tsan
 
 
-.PHONY: examples-check
+.PHONY: examples-check man
 .PHONY: all build-all lib tests bench-bin deps-check deps-test deps-bench test test-build demo asan tsan bench bench-pagein install format clean sparsebuf.pc
 .SECONDARY:

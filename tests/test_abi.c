@@ -3,8 +3,8 @@
  * end; newer-sized ones refused when they set a field this library does
  * not know); the 0.1 entry points use the 0.1 sizes; the version call
  * agrees with the header; every exported symbol is in the linker map's
- * version nodes and declared in a public header, and nothing else is
- * exported. */
+ * version nodes, declared in a public header and given a man page, and
+ * nothing else is exported. */
 #include "harness.h"
 #include "sparsebuf_kv.h"
 
@@ -167,7 +167,7 @@ static void symbols(void)
 {
 	static char names[256][64];
 	char self[PATH_MAX], build[PATH_MAX], src[PATH_MAX + 8], cmd[PATH_MAX * 2],
-		path[PATH_MAX + 32], line[256];
+		path[PATH_MAX + 128], line[256];
 	ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	int n, exported = 0;
 	FILE *p;
@@ -209,8 +209,17 @@ static void symbols(void)
 	if (!exported)
 		SKIP("nm listed nothing for %s/lib/libsparsebuf.so", build);
 	CHECK_EQ(exported, n);
-	printf("symbols: %d exported, each in the map and a header\n",
-	       exported);
+	/* A section 3 page for each (make man, part of every build). */
+	for (int i = 0; i < n; i++) {
+		struct stat st;
+
+		snprintf(path, sizeof(path), "%s/man/man3/%.63s.3", build,
+			 names[i]);
+		if (stat(path, &st) || st.st_size < 20)
+			FAIL("no man page %s", path);
+	}
+	printf("symbols: %d exported, each in the map, a header and a man "
+	       "page\n", exported);
 }
 
 static int main_test(void)

@@ -46,7 +46,7 @@ int sb_version_number(void);
  * field it does not know that is not 0 (-E2BIG: a newer program asking
  * for something this library cannot do), and writes no further than the
  * caller's size. Programs built against 0.1 call the plain names, exported
- * with the 0.1 sizes. docs/api.md, "Compatibility", has the rules.
+ * with the 0.1 sizes. docs/api.md, "Versions and compatibility", has the rules.
  */
 
 /* ---- Pools of placement heaps ------------------------------------------ */
@@ -163,6 +163,8 @@ struct sb_buf *sb_buf_create(struct sb_pool *pool, size_t length,
  * unmapped address (SIGSEGV): destroying a buffer in use is a bug. */
 void sb_buf_destroy(struct sb_buf *buf);
 
+/* The buffer's base address (aligned to the pool's page size; it never
+ * changes), its length (whole pages) and its pool. NULL or 0 for NULL. */
 void *sb_buf_addr(const struct sb_buf *buf);
 size_t sb_buf_length(const struct sb_buf *buf);
 struct sb_pool *sb_buf_pool(const struct sb_buf *buf);
