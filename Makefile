@@ -50,7 +50,7 @@ TEST_SRC := $(wildcard tests/*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
-TOOLS := $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sparsebuf-demo $(BUILD)/bin/sbrun
+TOOLS := $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sparsebuf-stat $(BUILD)/bin/sparsebuf-demo $(BUILD)/bin/sbrun
 INC := -Ilib/include -Ikernels/include
 RUNNER_OBJ := $(BUILD)/obj/runner/model.o
 
@@ -75,7 +75,7 @@ build-all: lib $(TOOLS) tests bench-bin $(EXTRA_ALL) man
 # Man pages: section 3 from the public headers' comments (one page per
 # function), section 1 from each tool's --help, section 7 written by hand.
 MAN_DATE := 2026-11-25
-MAN1_TOOLS := $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sbrun $(FLASH_BIN)
+MAN1_TOOLS := $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sparsebuf-stat $(BUILD)/bin/sbrun $(FLASH_BIN)
 man: $(BUILD)/man/.stamp
 $(BUILD)/man/.stamp: lib/include/sparsebuf.h lib/include/sparsebuf_kv.h \
 		scripts/mkman3.awk scripts/mkman1.sh man/sparsebuf.7 $(MAN1_TOOLS)
@@ -144,6 +144,11 @@ $(BUILD)/bin/sbrun: runner/sbrun.c $(RUNNER_OBJ) $(LIB_A) $(EXTRA_A)
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Irunner -o $@ $< $(RUNNER_OBJ) $(LDFLAGS_ALL) $(EXTRA_A) $(LIB_A) $(LIBS) -lm
+
+$(BUILD)/bin/sparsebuf-stat: tools/sparsebuf-stat.c lib/stat_page.h $(COMMON_A) $(COMMON_HDR)
+	@mkdir -p $(dir $@)
+	@echo "  CCLD    $@"
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Ilib -o $@ $< $(LDFLAGS_ALL) $(COMMON_A)
 
 $(BUILD)/bin/sparsebuf-demo: demo/demo.c $(LIB_A) $(COMMON_A) $(COMMON_HDR)
 	@mkdir -p $(dir $@)
@@ -219,7 +224,7 @@ sparsebuf.pc: Makefile
 # programs' own internals: not installed), the tools, and the licence.
 DOCDIR ?= $(PREFIX)/share/doc/sparsebuf
 MANDIR ?= $(PREFIX)/share/man
-install: lib $(KERNELS_A) $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sbrun $(FLASH_BIN) sparsebuf.pc man
+install: lib $(KERNELS_A) $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sparsebuf-stat $(BUILD)/bin/sbrun $(FLASH_BIN) sparsebuf.pc man
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) \
 		$(DESTDIR)$(DOCDIR)
 	install -m 644 lib/include/sparsebuf.h lib/include/sparsebuf_kv.h \
@@ -229,7 +234,7 @@ install: lib $(KERNELS_A) $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sbrun $(FLASH
 	ln -sf libsparsebuf.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libsparsebuf.so.$(SOVERSION)
 	ln -sf libsparsebuf.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libsparsebuf.so
 	install -m 644 $(BUILD)/sparsebuf.pc $(BUILD)/sbkernels.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
-	install -m 755 $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sbrun $(FLASH_BIN) \
+	install -m 755 $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sparsebuf-stat $(BUILD)/bin/sbrun $(FLASH_BIN) \
 		$(DESTDIR)$(BINDIR)/
 	install -m 644 LICENSE CHANGELOG.md README.md $(DESTDIR)$(DOCDIR)/
 	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man7

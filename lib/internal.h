@@ -180,9 +180,13 @@ struct sbi_grow {
 	uint64_t due_ms;	/* not looked at again before */
 };
 
+struct sbi_stat_page;
+
 struct sb_pool {
 	/* Immutable after creation. */
 	unsigned id;		/* 1, 2, ... in the process: names it in logs */
+	struct sbi_stat_page *stat;	/* stat.c: counters for other processes */
+	int stat_fd;
 	size_t page_size;
 	size_t heap_size;
 	uint32_t page_shift;
@@ -429,6 +433,15 @@ struct sb_buf *sbi_restore_image(struct sb_pool *pool, int table_fd,
 				 atomic_int *fd_refs, uint64_t base,
 				 uint64_t limit, size_t min_length,
 				 size_t max_length, unsigned flags, int *err);
+
+/* ---- stat.c: counters other processes read (sparsebuf-stat) ---------------*/
+
+void sbi_stat_open(struct sb_pool *pool);
+/* A snapshot into the page; pool->lock held (the ready thread's tick). */
+void sbi_stat_publish(struct sb_pool *pool);
+void sbi_stat_close(struct sb_pool *pool);
+/* sb_pool_stats with pool->lock held. */
+void sbi_pool_stats_locked(struct sb_pool *pool, struct sb_stats *st);
 
 /* ---- abi.c: structs that grow ----------------------------------------------*/
 

@@ -662,6 +662,7 @@ static int start_threads(struct sb_pool *pool)
 
 static void free_pool(struct sb_pool *pool)
 {
+	sbi_stat_close(pool);
 	if (pool->uffd >= 0)
 		close(pool->uffd);
 	if (pool->uffd_sigbus >= 0)
@@ -749,6 +750,7 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 		return fail(err, -ENOMEM);
 	pool->uffd = pool->uffd_sigbus = pool->quit_fd = -1;
 	pool->id = atomic_fetch_add(&next_pool_id, 1) + 1;
+	sbi_stat_open(pool);
 	pool->page_size = opts->page_size;
 	pool->heap_size = opts->heap_size;
 	pool->page_shift = (uint32_t)__builtin_ctzl(opts->page_size);
@@ -904,14 +906,20 @@ static int pool_stats(struct sb_pool *pool, struct sb_stats *st)
 		return -EINVAL;
 	if ((r = sbi_pool_check(pool)) < 0)
 		return r;
-	memset(st, 0, sizeof(*st));
 	pthread_mutex_lock(&pool->lock);
+	sbi_pool_stats_locked(pool, st);
+	pthread_mutex_unlock(&pool->lock);
+	return 0;
+}
+
+void sbi_pool_stats_locked(struct sb_pool *pool, struct sb_stats *st)
+{
+	memset(st, 0, sizeof(*st));
 	st->page_size = pool->page_size;
 	st->heaps = pool->nheaps;
 	st->pages_used = pool->used;
 	st->bytes_resident = pool->resident << pool->page_shift;
 	st->pages_ready = pool->ready;
-	pthread_mutex_unlock(&pool->lock);
 	st->max_bytes = pool->max_bytes;
 	st->faults = counter(&pool->n_faults);
 	st->maps = counter(&pool->n_maps);
@@ -927,7 +935,6 @@ static int pool_stats(struct sb_pool *pool, struct sb_stats *st)
 	st->io_errors = counter(&pool->n_io_errors);
 	st->pages_dropped = counter(&pool->n_dropped);
 	st->spill_bytes = sbi_disk_spill_bytes(pool);
-	return 0;
 }
 
 SB_API long sb_pool_trim(struct sb_pool *pool)

@@ -79,6 +79,8 @@ static void fork_child(void)
 		close(p->uffd);
 		close(p->uffd_sigbus);
 		close(p->quit_fd);
+		if (p->stat_fd >= 0)
+			close(p->stat_fd);
 		for (uint32_t s = 0; s < p->heap_hi; s++)
 			if (p->heaps[s])
 				close(p->heaps[s]->fd);

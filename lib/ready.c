@@ -384,6 +384,7 @@ void *sbi_ready_thread(void *arg)
 
 		if (now - last_tick >= 100) {
 			tick(pool);
+			sbi_stat_publish(pool);
 			last_tick = now;
 		}
 		avoid_cpu(pool, &avoided);

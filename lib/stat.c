@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Counters for other processes (sparsebuf-stat): each pool publishes a
+ * snapshot of sb_pool_stats in one page of a memfd named
+ * "sparsebuf-stats", which another process (root, or the same user with
+ * ptrace access, as for /proc/PID/mem) opens through /proc/PID/fd and maps
+ * read-only. The pool's ready thread refreshes it at its 100 ms tick under
+ * a sequence counter: the hot paths do nothing more than they did (the
+ * counters they bump are the ones sb_pool_stats reads). A pool whose
+ * memfd cannot be made runs without it.
+ */
+#include "internal.h"
+#include "stat_page.h"
+
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+void sbi_stat_open(struct sb_pool *pool)
+{
+	struct sbi_stat_page *p;
+	long ps = sysconf(_SC_PAGESIZE);
+	int fd;
+
+	pool->stat = NULL;
+	pool->stat_fd = -1;
+	fd = memfd_create(SBI_STAT_NAME, MFD_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (ftruncate(fd, ps) < 0) {
+		close(fd);
+		return;
+	}
+	p = mmap(NULL, (size_t)ps, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		close(fd);
+		return;
+	}
+	memcpy(p->magic, SBI_STAT_MAGIC, sizeof(p->magic));
+	p->version = 1;
+	p->stats_size = sizeof(struct sb_stats);
+	p->pid = (int32_t)getpid();
+	p->pool_id = pool->id;
+	p->period_ms = 100;
+	pool->stat = p;
+	pool->stat_fd = fd;
+}
+
+void sbi_stat_publish(struct sb_pool *pool)
+{
+	struct sbi_stat_page *p = pool->stat;
+	struct timespec ts;
+	struct sb_stats st;
+
+	if (!p)
+		return;
+	sbi_pool_stats_locked(pool, &st);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	__atomic_store_n(&p->seq, p->seq + 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	p->st = st;
+	p->time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	__atomic_store_n(&p->seq, p->seq + 1, __ATOMIC_RELEASE);
+}
+
+void sbi_stat_close(struct sb_pool *pool)
+{
+	if (pool->stat)
+		munmap(pool->stat, (size_t)sysconf(_SC_PAGESIZE));
+	if (pool->stat_fd >= 0)
+		close(pool->stat_fd);
+	pool->stat = NULL;
+	pool->stat_fd = -1;
+}
