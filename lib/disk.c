@@ -56,13 +56,17 @@ void sbi_disk_destroy(struct sb_pool *pool)
 	sbi_io_destroy(d->io);
 	if (d->spill_fd >= 0)
 		close(d->spill_fd);
+	/* Detached under the pool lock before it is freed: the ready thread
+	 * reads the spill counter under it (stat.c) until the pool stops. */
+	pthread_mutex_lock(&pool->lock);
+	atomic_store(&pool->disk, NULL);
+	pthread_mutex_unlock(&pool->lock);
 	sbi_meta_free(d->slot_bits, (size_t)d->slot_cap / 8 + 8);
 	sbi_meta_free(d->slot_crc, (size_t)d->slot_cap * sizeof(uint32_t));
 	pthread_mutex_destroy(&d->spill_lock);
 	pthread_mutex_destroy(&d->done_lock);
 	pthread_cond_destroy(&d->done_cond);
 	free(d);
-	atomic_store(&pool->disk, NULL);
 }
 
 void sbi_disk_signal(struct sbi_disk *d)

@@ -55,13 +55,20 @@ void sbi_stat_publish(struct sb_pool *pool)
 
 	if (!p)
 		return;
+	uint64_t *dst = (uint64_t *)&p->st, seq = p->seq, ns;
+	const uint64_t *src = (const uint64_t *)&st;
+
 	sbi_pool_stats_locked(pool, &st);
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	__atomic_store_n(&p->seq, p->seq + 1, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-	p->st = st;
-	p->time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-	__atomic_store_n(&p->seq, p->seq + 1, __ATOMIC_RELEASE);
+	ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	/* A sequence lock without fences: the odd count first; each word
+	 * after it a release store (so none is seen before the odd count);
+	 * the even count last. */
+	__atomic_store_n(&p->seq, seq + 1, __ATOMIC_RELAXED);
+	for (size_t i = 0; i < sizeof(st) / sizeof(uint64_t); i++)
+		__atomic_store_n(&dst[i], src[i], __ATOMIC_RELEASE);
+	__atomic_store_n(&p->time_ns, ns, __ATOMIC_RELEASE);
+	__atomic_store_n(&p->seq, seq + 2, __ATOMIC_RELEASE);
 }
 
 void sbi_stat_close(struct sb_pool *pool)

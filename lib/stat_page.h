@@ -27,7 +27,10 @@ struct sbi_stat_page {
 	uint64_t seq;
 	uint64_t time_ns;	/* CLOCK_MONOTONIC of the snapshot */
 	uint64_t period_ms;	/* how often it is refreshed */
-	struct sb_stats st;
+	struct sb_stats st;	/* 8-byte words only: copied word by word */
 };
+
+_Static_assert(sizeof(struct sb_stats) % sizeof(uint64_t) == 0,
+	       "sb_stats is published word by word");
 
 #endif

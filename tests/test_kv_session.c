@@ -10,6 +10,7 @@
 #include "sparsebuf_kv.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 
 #define PAGE (16 * KiB)
 #define L 4
@@ -567,8 +568,14 @@ static void cache_basics(void)
 		CHECK(sb_kv_cache_put(c, z, t, 100) == -EINVAL);
 		sb_kv_destroy(z);
 	}
+	/* A sequence from the cache outlives it. */
+	h = get(c, t, N, &hit);
 	sb_kv_cache_destroy(other);
 	sb_kv_cache_destroy(c);
+	CHECK(rows_ok(h, t, hit));
+	grow(h, t, N + 10);
+	CHECK(rows_ok(h, t, N + 10));
+	sb_kv_destroy(h);
 	CHECK_EQ(in_use(p), 0);
 	VERIFY(p);
 	sb_pool_destroy(p);
@@ -665,6 +672,69 @@ static void cache_window(void)
 	printf("cache with sliding windows: ok\n");
 }
 
+/* Several threads putting and getting on one cache: every hit holds the
+ * rows of the prompt it was asked for. */
+struct racer {
+	struct sb_kv_cache *c;
+	struct sb_pool *p;
+	int id;
+	int hits;
+};
+
+static void *race(void *arg)
+{
+	struct racer *r = arg;
+	struct sb_kv_config cfg = config(SB_KV_F16, NULL, 0);
+	int32_t t[4][200];
+	int err;
+
+	for (int k = 0; k < 4; k++)
+		for (int i = 0; i < 200; i++)	/* shared first block */
+			t[k][i] = i < 64 ? i : k * 1000 + i;
+	for (int round = 0; round < 20; round++) {
+		int k = (round + r->id) % 4;
+		size_t hit;
+		struct sb_kv_seq *s = get(r->c, t[k], 200, &hit);
+
+		if (!rows_ok(s, t[k], hit))
+			FAIL("thread %d: a hit of %zu with other rows", r->id,
+			     hit);
+		r->hits += hit > 0;
+		grow(s, t[k], 200);
+		CHECK(sb_kv_cache_put(r->c, s, t[k], 200) >= 0);
+		sb_kv_destroy(s);
+	}
+	(void)cfg;
+	(void)err;
+	return NULL;
+}
+
+static void cache_threads(void)
+{
+	struct sb_kv_config cfg = config(SB_KV_F16, NULL, 0);
+	struct sb_pool *p = make_pool(PAGE, 4 * MiB, 0);
+	struct racer r[3];
+	pthread_t th[3];
+	int err;
+	/* Room for a few blocks: puts evict while others get. */
+	struct sb_kv_cache *c = sb_kv_cache_create(p, &cfg, "t", 6 * 2 * L * PAGE,
+						   &err);
+
+	CHECK(c != NULL);
+	for (int i = 0; i < 3; i++) {
+		r[i] = (struct racer){c, p, i, 0};
+		pthread_create(&th[i], NULL, race, &r[i]);
+	}
+	for (int i = 0; i < 3; i++)
+		pthread_join(th[i], NULL);
+	printf("cache threads: %d, %d, %d hits of 20 each\n", r[0].hits,
+	       r[1].hits, r[2].hits);
+	CHECK(r[0].hits + r[1].hits + r[2].hits > 30);
+	sb_kv_cache_destroy(c);
+	VERIFY(p);
+	sb_pool_destroy(p);
+}
+
 static int child(const char *name)
 {
 	if (!strcmp(name, "restore"))
@@ -691,6 +761,7 @@ static int main_test(void)
 	cache_lru(false);
 	cache_lru(true);
 	cache_window();
+	cache_threads();
 	disk_rm_rf(dir);
 	printf("ok\n");
 	return 0;

@@ -106,9 +106,11 @@ static bool snapshot(const struct sbi_stat_page *p, struct sb_stats *st,
 		if (a & 1)
 			continue;
 		memset(st, 0, sizeof(*st));
-		memcpy(st, &p->st, n);
-		*ns = p->time_ns;
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		/* Acquire loads: none moves after the second count's. */
+		for (size_t i = 0; i < n / sizeof(uint64_t); i++)
+			((uint64_t *)st)[i] = __atomic_load_n(
+				&((const uint64_t *)&p->st)[i], __ATOMIC_ACQUIRE);
+		*ns = __atomic_load_n(&p->time_ns, __ATOMIC_ACQUIRE);
 		b = __atomic_load_n(&p->seq, __ATOMIC_RELAXED);
 		if (a == b)
 			return a != 0;	/* 0: never published yet */
