@@ -13,16 +13,25 @@ if [ -r "$model" ]; then
 	# stories260K is tiny: its whole context is 64 KiB per K or V region,
 	# so it runs with 4 KiB pages (the default 256 KiB suits real models).
 	export SPARSEBUF_PAGE_SIZE=4K
+	kv=$(mktemp -d "${TMPDIR:-/tmp}/sbdemo.XXXXXX")
 	say "2. sbrun: stories260K, greedy, sparse KV cache (4 KiB pages)"
-	"$build/bin/sbrun" "$model" -n 256 -t 0 --kv sparse --stats
-	say "   the same with the dense cache (the llama.cpp way): same ids"
-	"$build/bin/sbrun" "$model" -n 256 -t 0 --kv dense --stats --ids | cut -c1-80
+	"$build/bin/sbrun" "$model" -n 256 -t 0 --kv sparse --stats --ids >"$kv/sparse"
+	say "   the same with the dense cache (the llama.cpp way)"
+	"$build/bin/sbrun" "$model" -n 256 -t 0 --kv dense --stats --ids >"$kv/dense"
+	if cmp -s "$kv/sparse" "$kv/dense"; then
+		echo "   dense and sparse ids identical ($(wc -w <"$kv/dense") ids): yes"
+	else
+		echo "   dense and sparse ids identical: NO"
+	fi
 	say "3. Two sessions forked from one prompt: the prompt's KV pages held once"
 	"$build/bin/sbrun" "$model" -n 200 -t 0.8 -s 7 --sessions 2 --stats \
 		--prompt-ids 378,455,473,456,435,299,362,409,283,264,283,452,288,13,431,293,430,417,363,416,315,342,418,424,400,442,402,303,266,299,374,466,396,303,271,362,390,469,306,469,423,314,347,305,356,333,425,377,354,304,330,341,382,468,473,402,299,483,456,465,341,317,436,363,454,315,377,360,408,472,453,327,316,266,417,277,299,369,283,266,417,264,277,439,456,407,309,341,436,330,466,377,422,436,472,465,466,407,465,466,473,330,386,431,304,472,453,380,299,483,475,452,477,295,412,302,330,275,377,271,341,438,452,287,302,341,438,303 \
-		--ids | cut -c1-80
+		--ids >"$kv/forks"
+	awk '{ printf "   session %d: %d ids generated\n", NR - 1, NF }' "$kv/forks"
+	if [ "$(sed -n 1p "$kv/forks")" != "$(sed -n 2p "$kv/forks")" ]; then
+		echo "   the two sessions sampled differently from the shared prompt: yes"
+	fi
 	say "4. A session saved after 100 positions, continued later to 256"
-	kv=$(mktemp -d "${TMPDIR:-/tmp}/sbdemo.XXXXXX")
 	"$build/bin/sbrun" "$model" -n 256 -t 0 --ids >"$kv/one"
 	"$build/bin/sbrun" "$model" -n 100 -t 0 --ids --save "$kv/s.kv" >"$kv/a"
 	ls -l "$kv/s.kv" | awk '{ print "   saved: " $5 " bytes (KV, ids, sampler state)" }'
