@@ -22,6 +22,15 @@ SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-om
 else ifeq ($(SAN),tsan)
 BUILD ?= build-tsan
 SANFLAGS := -fsanitize=thread
+else ifeq ($(SAN),lockcheck)
+# The lock rules checked (lib/lockcheck.c): every pthread lock call goes
+# through a wrapper that knows each thread's locks and their order.
+BUILD ?= build-lockcheck
+LOCK_WRAP := pthread_mutex_lock pthread_mutex_trylock pthread_mutex_unlock \
+	pthread_mutex_destroy pthread_rwlock_rdlock pthread_rwlock_wrlock \
+	pthread_rwlock_tryrdlock pthread_rwlock_trywrlock pthread_rwlock_unlock \
+	pthread_rwlock_destroy
+SANFLAGS := -DSBI_LOCK_DEBUG $(foreach f,$(LOCK_WRAP),-Wl,--wrap=$(f))
 else
 BUILD ?= build
 SANFLAGS :=
@@ -188,6 +197,11 @@ asan:
 	@ASAN_OPTIONS=$${ASAN_OPTIONS:-abort_on_error=0} \
 		$(MAKE) --no-print-directory SAN=asan test
 
+# The whole suite with the lock order and the locks each function needs
+# checked (lib/lockcheck.c).
+lockcheck:
+	@$(MAKE) --no-print-directory SAN=lockcheck test
+
 tsan:
 	@TSAN_OPTIONS=$${TSAN_OPTIONS:-die_after_fork=0} \
 		$(MAKE) --no-print-directory SAN=tsan test
@@ -254,6 +268,6 @@ clean:
 	rm -rf build build-asan build-tsan
 
 
-.PHONY: examples-check man
+.PHONY: examples-check man lockcheck
 .PHONY: all build-all lib tests bench-bin deps-check deps-test deps-bench test test-build demo asan tsan bench bench-pagein install format clean sparsebuf.pc
 .SECONDARY:

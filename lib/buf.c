@@ -78,6 +78,7 @@ static int reg_insert(struct sb_pool *pool, struct sb_buf *buf)
 	do {
 		buf->id = pool->next_buf_id++;
 	} while (!buf->id);
+	SBI_LK_RANK(&buf->lock, SBI_RANK_BUF, buf->id);
 	return 0;
 }
 

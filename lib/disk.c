@@ -29,6 +29,8 @@ struct sbi_disk *sbi_disk_get(struct sb_pool *pool, int *err)
 		d->spill_fd = -1;
 		pthread_mutex_init(&d->spill_lock, NULL);
 		pthread_mutex_init(&d->done_lock, NULL);
+		SBI_LK_RANK(&d->spill_lock, SBI_RANK_LEAF, 0);
+		SBI_LK_RANK(&d->done_lock, SBI_RANK_LEAF, 0);
 		pthread_cond_init(&d->done_cond, NULL);
 		d->io = sbi_io_create(err);
 		if (!d->io) {

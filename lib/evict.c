@@ -295,6 +295,7 @@ static long evict_pages(struct sb_buf *buf, const size_t *idx, size_t n)
 
 long sbi_evict_locked(struct sb_buf *buf, size_t first, size_t end)
 {
+	SBI_HELD(&buf->lock);
 	size_t idx[BATCH], n = 0;
 	long done = 0, r;
 
@@ -357,6 +358,7 @@ static void sort_cands(struct cand *c, size_t n)
  * done or given up. */
 static size_t pick(struct sb_pool *pool, struct cand *c, size_t want)
 {
+	SBI_HELD(&pool->lock);
 	size_t total = (size_t)pool->heap_hi * pool->pages_per_heap, got = 0;
 
 	for (size_t step = 0; step < 3 * total && got < want; step++) {

@@ -116,6 +116,7 @@ void sbi_grow_note(struct sb_buf *buf, size_t idx)
 
 void sbi_grow_cancel(struct sb_buf *buf)
 {
+	SBI_HELD(&buf->pool->pf_lock);
 	struct sb_pool *pool = buf->pool;
 
 	/* pf_lock held by the caller (sbi_prefetch_cancel). */

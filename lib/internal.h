@@ -2,9 +2,13 @@
 /*
  * Private declarations shared by the files of libsparsebuf.
  *
- * Lock order (outer to inner), written down once:
+ * Lock order (outer to inner), written down once, and checked by make
+ * lockcheck (lockcheck.c: the ranks below, SBI_HELD in the functions that
+ * need a lock):
  *
- *   pool->layout (rwlock: read by every VMA change, write by fork prepare)
+ *   a KV prefix cache's lock (kv_cache.c: held across buffer calls)
+ *   pool->layout (rwlock: read by every VMA change, write by fork prepare;
+ *       several pools' only in the fork handlers, newest pool first)
  *     -> pool->reg_lock (rwlock: the address -> buffer registry)
  *       -> buf->lock (mutex; two buffers: lower id first; holding one,
  *          never wait for another: try it (eviction), or let go and wait
@@ -40,6 +44,40 @@
 #include <sys/types.h>
 
 #define SB_API __attribute__((visibility("default")))
+
+/* ---- lockcheck.c: the lock order above, checked in make lockcheck -------*/
+
+enum {
+	SBI_RANK_API = 1,	/* a KV prefix cache's lock: held across calls */
+	SBI_RANK_LAYOUT,
+	SBI_RANK_REG,
+	SBI_RANK_BUF,		/* two: lower buffer id first */
+	SBI_RANK_POOL,
+	SBI_RANK_LEAF,		/* pf_lock, spill, I/O and wait locks */
+};
+
+#ifdef SBI_LOCK_DEBUG
+void sbi_lk_rank(const void *lock, int rank, uint64_t key);
+bool sbi_lk_held(const void *lock);
+bool sbi_lk_holds_rank(int rank);
+void sbi_lk_fail(const char *what, const char *file, int line);
+void sbi_lk_fork_child(void);
+#define SBI_LK_RANK(lock, rank, key) sbi_lk_rank((lock), (rank), (key))
+/* The caller must hold lock (a mutex, or a rwlock for reading or writing). */
+#define SBI_HELD(lock)                                                     \
+	((void)(sbi_lk_held(lock) ||                                       \
+		(sbi_lk_fail(#lock " not held", __FILE__, __LINE__), 0)))
+/* The caller must hold no lock of this rank. */
+#define SBI_NOT_HOLDING(rank)                                              \
+	((void)(!sbi_lk_holds_rank(rank) ||                                \
+		(sbi_lk_fail("a " #rank " lock held", __FILE__, __LINE__), 0)))
+#define SBI_LK_FORK_CHILD() sbi_lk_fork_child()
+#else
+#define SBI_LK_RANK(lock, rank, key) ((void)(lock), (void)(rank), (void)(key))
+#define SBI_HELD(lock) ((void)(lock))
+#define SBI_NOT_HOLDING(rank) ((void)(rank))
+#define SBI_LK_FORK_CHILD() ((void)0)
+#endif
 
 #define SBI_MIN_PAGE ((size_t)4096)
 #define SBI_MAX_HEAP_PAGES ((uint32_t)1 << 22)

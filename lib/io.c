@@ -147,6 +147,7 @@ static void prep_sqe(struct io_uring_sqe *sqe, struct sbi_io *io)
 /* Move pending requests into free SQEs; e->lock held. Returns how many. */
 static unsigned fill_ring(struct sbi_io_engine *e)
 {
+	SBI_HELD(&e->lock);
 	unsigned n = 0;
 
 	while (e->pending.head && e->in_ring < RING_DEPTH) {
@@ -356,6 +357,7 @@ bool sbi_io_wait_done(struct sbi_io *io)
 void sbi_io_wait_init(struct sbi_io_wait *w, size_t n)
 {
 	pthread_mutex_init(&w->lock, NULL);
+	SBI_LK_RANK(&w->lock, SBI_RANK_LEAF, 0);
 	pthread_cond_init(&w->cond, NULL);
 	w->left = n;
 	w->err = 0;
@@ -363,6 +365,8 @@ void sbi_io_wait_init(struct sbi_io_wait *w, size_t n)
 
 int sbi_io_wait(struct sbi_io_wait *w)
 {
+	/* Nobody waits for I/O holding pool->lock (design.md). */
+	SBI_NOT_HOLDING(SBI_RANK_POOL);
 	int err;
 
 	pthread_mutex_lock(&w->lock);
@@ -402,6 +406,7 @@ struct sbi_io_engine *sbi_io_create(int *err)
 		return NULL;
 	}
 	pthread_mutex_init(&e->lock, NULL);
+	SBI_LK_RANK(&e->lock, SBI_RANK_LEAF, 0);
 	pthread_cond_init(&e->work_cond, NULL);
 	e->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (e->wake_fd < 0) {

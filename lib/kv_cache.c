@@ -417,6 +417,7 @@ SB_API struct sb_kv_cache *sb_kv_cache_create_sz(struct sb_pool *pool,
 		return fail_c(err, -ENOMEM);
 	}
 	pthread_mutex_init(&c->lock, NULL);
+	SBI_LK_RANK(&c->lock, SBI_RANK_API, 0);
 	c->pool = pool;
 	c->B = sbi_kv_block_positions(probe);
 	c->bb = c->B * probe->row;

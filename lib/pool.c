@@ -50,6 +50,7 @@ static bool page_free(const struct sbi_heap *h, uint32_t i)
 /* Add a heap; pool->lock held. */
 struct sbi_heap *sbi_pool_add_heap(struct sb_pool *pool, int *err)
 {
+	SBI_HELD(&pool->lock);
 	struct sbi_heap *h;
 	uint32_t slot;
 
@@ -105,6 +106,7 @@ void sbi_pool_drop_run(struct sb_pool *pool, struct sb_buf *buf)
 bool sbi_pool_find_site(struct sb_pool *pool, uint32_t want,
 			struct sbi_heap **hp, uint32_t *startp, uint32_t *lenp)
 {
+	SBI_HELD(&pool->lock);
 	struct sbi_heap *best = NULL;
 	uint32_t best_start = 0, best_len = 0;
 
@@ -143,6 +145,7 @@ bool sbi_pool_find_site(struct sb_pool *pool, uint32_t want,
 static int claim_run(struct sb_pool *pool, struct sb_buf *buf, uint32_t want,
 		     sbi_pid *out)
 {
+	SBI_HELD(&pool->lock);
 	struct sbi_heap *h;
 	uint32_t start, len;
 	int err = 0;
@@ -213,6 +216,7 @@ enum sbi_page_state sbi_page_unfree(struct sb_pool *pool, struct sbi_heap *h,
 static enum prep take_page(struct sb_pool *pool, struct sbi_heap *h,
 			   uint32_t i, unsigned flags)
 {
+	SBI_HELD(&pool->lock);
 	enum sbi_page_state st = sbi_page_unfree(pool, h, i);
 	enum prep prep = st == SBI_PG_READY   ? PREP_NONE
 			 : st == SBI_PG_DIRTY ? PREP_ZERO
@@ -251,6 +255,7 @@ static void untake_page(struct sb_pool *pool, struct sbi_heap *h, uint32_t i,
 /* Any free backed page that is not busy; pool->lock held. */
 static bool find_backed(struct sb_pool *pool, sbi_pid *out, bool *busy)
 {
+	SBI_HELD(&pool->lock);
 	*busy = false;
 	for (uint32_t s = 0; s < pool->heap_hi; s++) {
 		struct sbi_heap *h = pool->heaps[s];
@@ -279,6 +284,7 @@ static bool find_backed(struct sb_pool *pool, sbi_pid *out, bool *busy)
  */
 static void wait_busy(struct sb_pool *pool, unsigned flags)
 {
+	SBI_HELD(&pool->lock);
 	uint64_t gen = pool->busy_gen;
 	int spins = flags & SBI_ALLOC_NOSPIN ? 0 : 200;
 
@@ -790,6 +796,10 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	pthread_mutex_init(&pool->lock, NULL);
 	pthread_mutex_init(&pool->pf_lock, NULL);
 	pthread_mutex_init(&pool->disk_lock, NULL);
+	SBI_LK_RANK(&pool->layout, SBI_RANK_LAYOUT, pool->id);
+	SBI_LK_RANK(&pool->reg_lock, SBI_RANK_REG, pool->id);
+	SBI_LK_RANK(&pool->lock, SBI_RANK_POOL, pool->id);
+	SBI_LK_RANK(&pool->pf_lock, SBI_RANK_LEAF, pool->id);
 	pthread_cond_init(&pool->pf_cond, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -914,6 +924,7 @@ static int pool_stats(struct sb_pool *pool, struct sb_stats *st)
 
 void sbi_pool_stats_locked(struct sb_pool *pool, struct sb_stats *st)
 {
+	SBI_HELD(&pool->lock);
 	memset(st, 0, sizeof(*st));
 	st->page_size = pool->page_size;
 	st->heaps = pool->nheaps;
@@ -1048,6 +1059,7 @@ void sbi_pool_wait_ready(struct sb_pool *pool, size_t pages, int timeout_ms)
 
 struct sb_buf *sbi_pool_lookup(struct sb_pool *pool, uintptr_t addr)
 {
+	SBI_HELD(&pool->reg_lock);
 	size_t lo = 0, hi = pool->nreg;
 
 	while (lo < hi) {

@@ -73,6 +73,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
 	atomic_fetch_add(&sbi_fork_gen, 1);
+	SBI_LK_FORK_CHILD();
 	/* Only this thread exists now, and the locks held by the parent's
 	 * other threads stay held forever: touch no lock of a pool. */
 	for (struct sb_pool *p = pools; p; p = p->next_pool) {

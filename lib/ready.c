@@ -41,6 +41,7 @@ enum work { W_NONE, W_BACK, W_ZERO, W_PUNCH };	/* BACK, ZERO: zeroed */
 
 void sbi_ready_want(struct sb_pool *pool, sbi_pid p, int prio)
 {
+	SBI_HELD(&pool->lock);
 	struct sbi_ring *q = &pool->wanted[prio];
 	uint32_t next = (q->tail + 1) % q->cap;
 
@@ -104,6 +105,7 @@ static bool find_state(struct sb_pool *pool, enum sbi_page_state st,
 static void set_busy_run(struct sb_pool *pool, struct sbi_heap *h, uint32_t i,
 			 uint32_t n)
 {
+	SBI_HELD(&pool->lock);
 	for (uint32_t k = 0; k < n; k++)
 		set_busy(pool, h, i + k);
 }
@@ -130,6 +132,7 @@ static enum work want_work(struct sb_pool *pool, bool may_back,
 static enum work pick_work(struct sb_pool *pool, bool may_back,
 			   struct sbi_heap **hp, uint32_t *ip, uint32_t *np)
 {
+	SBI_HELD(&pool->lock);
 	enum work w = W_NONE;
 	size_t spare;
 
@@ -198,6 +201,7 @@ static enum work pick_work(struct sb_pool *pool, bool may_back,
 
 size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready)
 {
+	SBI_HELD(&pool->lock);
 	bool kept = false;
 	size_t released = 0;
 
@@ -305,6 +309,7 @@ static void tick(struct sb_pool *pool)
 
 static void ready_wait(struct sb_pool *pool, uint64_t *seen, unsigned *polls)
 {
+	SBI_HELD(&pool->lock);
 	struct timespec ts;
 	long ns;
 

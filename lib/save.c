@@ -92,6 +92,7 @@ struct saver {
 /* Save pages [i, end) (end - i <= BATCH); buf->lock held. */
 static int save_batch(struct saver *sv, size_t i, size_t end)
 {
+	SBI_HELD(&sv->buf->lock);
 	struct sb_buf *buf = sv->buf;
 	struct sb_pool *pool = buf->pool;
 	size_t ps = pool->page_size;

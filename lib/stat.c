@@ -49,6 +49,7 @@ void sbi_stat_open(struct sb_pool *pool)
 
 void sbi_stat_publish(struct sb_pool *pool)
 {
+	SBI_HELD(&pool->lock);
 	struct sbi_stat_page *p = pool->stat;
 	struct timespec ts;
 	struct sb_stats st;

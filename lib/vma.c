@@ -85,6 +85,8 @@ int sbi_uffd_register(int uffd, void *addr, size_t len, uint64_t mode)
 int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
 		  bool read_only)
 {
+	SBI_HELD(&buf->lock);
+	SBI_HELD(&buf->pool->layout);
 	struct sb_pool *pool = buf->pool;
 	struct sbi_heap *h = sbi_pid_heap(pool, pid);
 	int prot = PROT_READ | (read_only ? 0 : PROT_WRITE);
@@ -126,6 +128,8 @@ static int buf_prot(const struct sb_buf *buf)
 
 int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 {
+	SBI_HELD(&buf->lock);
+	SBI_HELD(&buf->pool->layout);
 	char *addr = page_addr(buf, idx);
 	size_t len = pages_len(buf, n);
 	/* A touch of a page handed to the SIGBUS uffd (a strict buffer's,
@@ -157,6 +161,8 @@ int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 
 int sbi_vma_unplace(struct sb_buf *buf, size_t idx, size_t n)
 {
+	SBI_HELD(&buf->lock);
+	SBI_HELD(&buf->pool->layout);
 	struct sb_pool *pool = buf->pool;
 
 	return sbi_vma_unplace_uffd(buf, idx, n,
@@ -185,6 +191,8 @@ int sbi_uffd_wp(int uffd, void *addr, size_t len, bool on)
 
 int sbi_vma_protect(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 {
+	SBI_HELD(&buf->lock);
+	SBI_HELD(&buf->pool->layout);
 	char *addr = page_addr(buf, idx);
 	size_t len = pages_len(buf, n);
 	int r;
@@ -197,6 +205,8 @@ int sbi_vma_protect(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 
 int sbi_vma_unprotect(struct sb_buf *buf, size_t idx, size_t n)
 {
+	SBI_HELD(&buf->lock);
+	SBI_HELD(&buf->pool->layout);
 	/* Also wakes the threads waiting on the write fault. */
 	return sbi_uffd_wp(buf->pool->uffd, page_addr(buf, idx),
 			    pages_len(buf, n), false);
@@ -215,6 +225,8 @@ void sbi_vma_wake(struct sb_buf *buf, size_t idx)
 int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
 			 sbi_pid pid, int uffd)
 {
+	SBI_HELD(&buf->lock);
+	SBI_HELD(&buf->pool->layout);
 	struct sb_pool *pool = buf->pool;
 	char *addr = page_addr(buf, idx);
 	size_t len = pages_len(buf, n);
@@ -246,6 +258,8 @@ int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
 
 int sbi_vma_poison(struct sb_buf *buf, size_t idx)
 {
+	SBI_HELD(&buf->lock);
+	SBI_HELD(&buf->pool->layout);
 	struct sb_pool *pool = buf->pool;
 	char *addr = page_addr(buf, idx);
 	size_t len = pages_len(buf, 1);
@@ -274,6 +288,8 @@ int sbi_vma_poison(struct sb_buf *buf, size_t idx)
 
 int sbi_vma_wpfail(struct sb_buf *buf, size_t idx, sbi_pid pid)
 {
+	SBI_HELD(&buf->lock);
+	SBI_HELD(&buf->pool->layout);
 	struct sb_pool *pool = buf->pool;
 	char *addr = page_addr(buf, idx);
 	size_t len = pages_len(buf, 1);
