@@ -5,8 +5,8 @@
  * on pages. Zeroing goes through the file. The pool side keeps no
  * page-table entries between operations (sbi_heap_unmap_pool). The
  * pool-side mapping is never registered with userfaultfd, so the handler
- * thread may touch it. The memfd is sealed against resizing: a later daemon
- * hands heaps to other processes over a UNIX socket.
+ * thread may touch it. The file comes from the pool's page source
+ * (source.c): the process's own memfd, or later a daemon's lease.
  */
 #include "internal.h"
 
@@ -19,22 +19,6 @@
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
-
-#ifndef MFD_NOEXEC_SEAL
-#define MFD_NOEXEC_SEAL 0x0008U
-#endif
-
-static int heap_memfd(void)
-{
-	int fd = memfd_create("sparsebuf-heap",
-			      MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL);
-
-	/* Kernels before 6.3 reject MFD_NOEXEC_SEAL. */
-	if (fd < 0 && errno == EINVAL)
-		fd = memfd_create("sparsebuf-heap",
-				  MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	return fd < 0 ? -errno : fd;
-}
 
 static int heap_bind(char *map, size_t len, int node)
 {
@@ -58,7 +42,8 @@ static size_t meta_bytes(uint32_t npages)
 	       (size_t)npages * (sizeof(uintptr_t) + 2 * sizeof(uint32_t) + 2);
 }
 
-struct sbi_heap *sbi_heap_create(size_t heap_size, size_t page_size,
+struct sbi_heap *sbi_heap_create(const struct sbi_page_source *src,
+				 size_t heap_size, size_t page_size,
 				 int numa_node, int *err)
 {
 	struct sbi_heap *h;
@@ -66,20 +51,15 @@ struct sbi_heap *sbi_heap_create(size_t heap_size, size_t page_size,
 	size_t meta = meta_bytes(npages);
 	int fd, r;
 
-	fd = heap_memfd();
+	fd = src->ops->heap_fd(src->ctx, heap_size);
 	if (fd < 0) {
 		*err = fd;
-		return NULL;
-	}
-	if (ftruncate(fd, (off_t)heap_size) < 0 ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
-		*err = -errno;
-		close(fd);
 		return NULL;
 	}
 	h = sbi_meta_alloc(meta, true);
 	if (!h) {
 		*err = -ENOMEM;
+		src->ops->heap_release(src->ctx, fd, heap_size);
 		close(fd);
 		return NULL;
 	}
@@ -105,20 +85,19 @@ struct sbi_heap *sbi_heap_create(size_t heap_size, size_t page_size,
 	}
 	return h;
 fail:
+	src->ops->heap_release(src->ctx, fd, heap_size);
 	close(fd);
 	sbi_meta_free(h, meta);
 	return NULL;
 }
 
-void sbi_heap_destroy(struct sbi_heap *h, size_t page_size)
+void sbi_heap_destroy(const struct sbi_page_source *src, struct sbi_heap *h,
+		      size_t page_size)
 {
 	size_t heap_size = (size_t)h->npages * page_size;
 
-	/* Punch before closing: a fork()ed child that still holds the fd
-	 * must not keep the memory alive. */
-	fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
-		  (off_t)heap_size);
 	munmap(h->map, heap_size);
+	src->ops->heap_release(src->ctx, h->fd, heap_size);
 	close(h->fd);
 	sbi_meta_free(h, meta_bytes(h->npages));
 }

@@ -175,9 +175,39 @@ struct sbi_heap {
 
 enum { SBI_RBIT_COLD = 0, SBI_RBIT_REF = 1, SBI_RBIT_HOT = 2 };
 
-struct sbi_heap *sbi_heap_create(size_t heap_size, size_t page_size,
+/* ---- source.c: where a pool's physical pages come from -------------------*/
+
+struct sbi_page_source_ops {
+	const char *name;
+	/* A file of `bytes` (sized, sealed against resizing) the pool maps
+	 * MAP_SHARED and places pages from. Returns it, or -errno. */
+	int (*heap_fd)(void *ctx, size_t bytes);
+	/* Every page of such a file is free: give the memory back (the pool
+	 * closes the descriptor after). */
+	void (*heap_release)(void *ctx, int fd, size_t bytes);
+	/* Bytes the pool may hold (0: no limit), given what it was asked
+	 * to hold (sb_pool_opts.max_bytes). */
+	size_t (*budget)(void *ctx, size_t asked);
+};
+
+struct sbi_page_source {
+	const struct sbi_page_source_ops *ops;
+	void *ctx;
+};
+
+/* The process's own memfds (the only source before the daemon). */
+struct sbi_page_source sbi_memfd_source(void);
+
+/* ---- heap.c -------------------------------------------------------------------*/
+
+/* A heap of heap_size bytes on a file from src (bound to numa_node when
+ * >= 0). */
+struct sbi_heap *sbi_heap_create(const struct sbi_page_source *src,
+				 size_t heap_size, size_t page_size,
 				 int numa_node, int *err);
-void sbi_heap_destroy(struct sbi_heap *heap, size_t page_size);
+/* Unmap it and give its file back to src. */
+void sbi_heap_destroy(const struct sbi_page_source *src, struct sbi_heap *heap,
+		      size_t page_size);
 /* Make pages [idx, idx+n) hold zeros, allocating what has no memory yet:
  * written through the file (pwrite), never through a mapping, so that no
  * page-table entry is made on the pool's side and the mmap lock is never
@@ -225,6 +255,7 @@ struct sb_pool {
 	unsigned id;		/* 1, 2, ... in the process: names it in logs */
 	struct sbi_stat_page *stat;	/* stat.c: counters for other processes */
 	int stat_fd;
+	struct sbi_page_source source;	/* source.c: where heaps come from */
 	size_t page_size;
 	size_t heap_size;
 	uint32_t page_shift;

@@ -60,8 +60,8 @@ struct sbi_heap *sbi_pool_add_heap(struct sb_pool *pool, int *err)
 		*err = -ENOMEM;
 		return NULL;
 	}
-	h = sbi_heap_create(pool->heap_size, pool->page_size, pool->numa_node,
-			    err);
+	h = sbi_heap_create(&pool->source, pool->heap_size, pool->page_size,
+			    pool->numa_node, err);
 	if (!h) {
 		sbi_warn("cannot add a heap of %zu bytes: %s", pool->heap_size,
 			 strerror(-*err));
@@ -761,9 +761,12 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	pool->heap_size = opts->heap_size;
 	pool->page_shift = (uint32_t)__builtin_ctzl(opts->page_size);
 	pool->pages_per_heap = (uint32_t)(opts->heap_size / opts->page_size);
-	pool->max_bytes = opts->max_bytes;
+	/* The pages come from the page source; so does the budget. */
+	pool->source = sbi_memfd_source();
+	pool->max_bytes =
+		pool->source.ops->budget(pool->source.ctx, opts->max_bytes);
 	pool->max_pages =
-		opts->max_bytes ? opts->max_bytes >> pool->page_shift : SIZE_MAX;
+		pool->max_bytes ? pool->max_bytes >> pool->page_shift : SIZE_MAX;
 	pool->numa_node = opts->numa_node;
 	pool->can_wp = f->wp_shmem;
 	pool->can_poison = f->poison;
@@ -876,7 +879,8 @@ SB_API void sb_pool_destroy(struct sb_pool *pool)
 	pthread_join(pool->ready_thread, NULL);
 	for (uint32_t s = 0; s < pool->heap_hi; s++)
 		if (pool->heaps[s])
-			sbi_heap_destroy(pool->heaps[s], pool->page_size);
+			sbi_heap_destroy(&pool->source, pool->heaps[s],
+					 pool->page_size);
 	free_pool(pool);
 }
 

@@ -245,7 +245,7 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready)
 			pool->heap_hi--;
 		released += backed;
 		pthread_mutex_unlock(&pool->lock);
-		sbi_heap_destroy(h, pool->page_size);
+		sbi_heap_destroy(&pool->source, h, pool->page_size);
 		pthread_mutex_lock(&pool->lock);
 	}
 	while (all_ready) {

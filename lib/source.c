@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Where a pool's physical pages come from: the page source. A pool asks
+ * its source for heap files (each one memfd-like file it maps MAP_SHARED
+ * and cuts into pages, heap.c) and gives them back when a heap is empty;
+ * the source also says how many bytes the pool may hold (its budget).
+ * Buffers, faults, eviction and the disk tier see only heaps and pages,
+ * never the source.
+ *
+ * Today one source: the process's own memfds, the budget being the pool's
+ * max_bytes. The next (issue 15) leases heaps from sparsebufd, which owns
+ * one budget for every process on the machine and passes the memfds over
+ * a UNIX socket (hence files, sealed against resizing: a descriptor that
+ * crossed a socket must keep its size).
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U
+#endif
+
+/* ---- the process's own memfds ------------------------------------------------ */
+
+static int memfd_heap_fd(void *ctx, size_t bytes)
+{
+	int fd = memfd_create("sparsebuf-heap",
+			      MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL);
+
+	(void)ctx;
+	/* Kernels before 6.3 reject MFD_NOEXEC_SEAL. */
+	if (fd < 0 && errno == EINVAL)
+		fd = memfd_create("sparsebuf-heap",
+				  MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)bytes) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+static void memfd_heap_release(void *ctx, int fd, size_t bytes)
+{
+	(void)ctx;
+	/* Punched before the caller closes it: a fork()ed child that still
+	 * holds the descriptor must not keep the memory alive. */
+	fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+		  (off_t)bytes);
+}
+
+static size_t memfd_budget(void *ctx, size_t asked)
+{
+	(void)ctx;
+	return asked;	/* the pool's own max_bytes, as asked */
+}
+
+static const struct sbi_page_source_ops memfd_ops = {
+	.name = "memfd",
+	.heap_fd = memfd_heap_fd,
+	.heap_release = memfd_heap_release,
+	.budget = memfd_budget,
+};
+
+struct sbi_page_source sbi_memfd_source(void)
+{
+	return (struct sbi_page_source){&memfd_ops, NULL};
+}
