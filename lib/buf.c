@@ -725,6 +725,42 @@ static void unlock_pair(struct sb_buf *first, struct sb_buf *second)
 	pthread_mutex_unlock(&first->lock);
 }
 
+long sbi_buf_share_disk(struct sb_buf *dst, size_t d0, struct sb_buf *src,
+			size_t s0, size_t n)
+{
+	struct sb_pool *pool = src->pool;
+	struct sbi_disk *d = sbi_disk_peek(pool);
+	struct sb_buf *first = dst->id < src->id ? dst : src;
+	struct sb_buf *second = first == dst ? src : dst;
+	long given = 0;
+
+	if (!d || dst == src || dst->pool != pool ||
+	    (dst->flags & (SB_BUF_STRICT | SBI_BUF_RO)) ||
+	    d0 + n > dst->npages || s0 + n > src->npages)
+		return 0;
+	pthread_rwlock_rdlock(&pool->layout);
+	lock_pair(first, second);
+	for (size_t k = 0; k < n; k++) {
+		uint64_t pte = src->pte[s0 + k];
+		uint32_t slot1 = sbi_pte_slot1(pte);
+
+		/* On disk in a spill slot, not being read: the slot gets a
+		 * second holder; dst reads it in on its first touch. */
+		if (!(pte & SBI_PTE_DISK) || (pte & SBI_PTE_INFLIGHT) ||
+		    !slot1 || dst->pte[d0 + k])
+			continue;
+		if (sbi_spill_ref(d, slot1 - 1) < 0)
+			continue;	/* left for the caller to share */
+		dst->pte[d0 + k] = SBI_PTE_DISK | SBI_PTE_SLOT(slot1);
+		given++;
+	}
+	if (given)
+		atomic_store(&dst->disk_used, true);
+	unlock_pair(first, second);
+	pthread_rwlock_unlock(&pool->layout);
+	return given;
+}
+
 SB_API long sb_buf_share(struct sb_buf *dst, size_t dst_off,
 			 struct sb_buf *src, size_t src_off, size_t len)
 {

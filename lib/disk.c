@@ -65,6 +65,7 @@ void sbi_disk_destroy(struct sb_pool *pool)
 	pthread_mutex_unlock(&pool->lock);
 	sbi_meta_free(d->slot_bits, (size_t)d->slot_cap / 8 + 8);
 	sbi_meta_free(d->slot_crc, (size_t)d->slot_cap * sizeof(uint32_t));
+	sbi_meta_free(d->slot_extra, (size_t)d->slot_cap * sizeof(uint16_t));
 	pthread_mutex_destroy(&d->spill_lock);
 	pthread_mutex_destroy(&d->done_lock);
 	pthread_cond_destroy(&d->done_cond);

@@ -477,6 +477,14 @@ struct sbi_src;
 struct sb_buf *sbi_buf_create(struct sb_pool *pool, size_t length,
 			      unsigned flags, struct sbi_src *src, int *err);
 
+/* Give dst's empty pages [d0, d0 + n) the spill slots of src's pages
+ * [s0, s0 + n) that are on disk: each is read in for dst, privately, when
+ * dst touches or maps it, and the slot stays src's. Pages of src not on
+ * disk are left alone (the caller shares those). Same pool; dst not
+ * strict. Returns how many pages were given. */
+long sbi_buf_share_disk(struct sb_buf *dst, size_t d0, struct sb_buf *src,
+			size_t s0, size_t n);
+
 /* Pages of [first, end) placed in buf and held by nobody else (what
  * releasing them would give back). */
 long sbi_buf_sole_pages(struct sb_buf *buf, size_t first, size_t end);
@@ -816,6 +824,8 @@ struct sbi_disk {
 	bool spill_direct;
 	uint64_t *slot_bits;	/* 1 = in use */
 	uint32_t *slot_crc;
+	uint16_t *slot_extra;	/* holders beyond the first (a KV prefix read
+				 * back lazily by several sequences) */
 	uint32_t slot_cap, slot_hi, slot_hint, slots_used;
 	/* Page-in completions, for threads waiting on a range. */
 	pthread_mutex_t done_lock;
@@ -842,7 +852,10 @@ void sbi_disk_wait_gen(struct sbi_disk *d, uint64_t gen, int timeout_ms);
 
 /* Spill slots (spill.c), each one pool page of the spill file. */
 int sbi_spill_alloc(struct sbi_disk *d, size_t n, uint32_t *slots);
+/* Drop one holder of each slot; the last one frees it. */
 void sbi_spill_free(struct sbi_disk *d, const uint32_t *slots, size_t n);
+/* One more holder of a slot in use: -EMLINK when it has 65535. */
+int sbi_spill_ref(struct sbi_disk *d, uint32_t slot);
 static inline uint64_t sbi_spill_off(const struct sbi_disk *d, uint32_t slot)
 {
 	return (uint64_t)slot << d->pool->page_shift;

@@ -30,10 +30,12 @@
  * held by live sequences cost nothing more), checked at each put, where
  * the blocks just stored count whole (the sequence they came from usually
  * ends soon after: room is made for them now). Over it, the least recently
- * used blocks with no cached children go first: to the pool's spill file
- * when the pool has a disk tier (a later get reads them back as it shares
- * them), else released. The number of blocks kept (on disk included) is
- * bounded by the slots (4x max_bytes' worth, at least 256).
+ * used blocks go first: to the pool's spill file when the pool has a disk
+ * tier (a later get gives the new sequence their spill slots: each page
+ * is read in, for it alone, when it first touches it, and the cache's copy
+ * stays on disk), else they are released with the blocks after them. The
+ * number of blocks kept (on disk included) is bounded by the slots (4x
+ * max_bytes' worth, at least 256).
  *
  * Calls on one cache are serialized by its lock; the sequences it returns
  * are the caller's, as any sequence.
@@ -362,26 +364,58 @@ static bool take_slot(struct sb_kv_cache *c, size_t *slot)
 /* Share blocks [i, j) between a sequence's regions (positions from
  * i * B) and their slots, in runs of consecutive slots: to the cache
  * (put) or from it (get). */
+/* Pages of a store range on disk (the store is the cache's alone and
+ * never evicted by the pool: stable under the cache's lock). */
+static size_t disk_pages(const struct sb_buf *cb, size_t first, size_t n)
+{
+	size_t k = 0;
+
+	for (size_t i = first; i < first + n; i++)
+		k += (cb->pte[i] & SBI_PTE_DISK) != 0;
+	return k;
+}
+
+/* Share blocks [i, j) between a sequence's regions (positions from
+ * i * B) and their slots, in runs of consecutive slots: to the cache
+ * (put) or from it (get). A get of blocks on disk is lazy: the sequence
+ * gets their spill slots, and reads each page in when it first touches
+ * it (sbi_buf_share_disk); the cache's copy stays on disk. */
 static long share_blocks(struct sb_kv_cache *c, struct sb_kv_seq *s,
 			 struct block **chain, size_t i, size_t j, bool put)
 {
+	size_t per = c->bb / c->store->page;
+
 	while (i < j) {
 		size_t k = i + 1;
+		bool lazy = !put && chain[i]->spilled, eager = false;
 
-		while (k < j && chain[k]->slot == chain[k - 1]->slot + 1)
+		while (k < j && chain[k]->slot == chain[k - 1]->slot + 1 &&
+		       chain[k]->spilled == chain[i]->spilled)
 			k++;
 		for (size_t g = 0; g < s->nregions; g++) {
 			struct sb_buf *sb = s->buf[g];
 			struct sb_buf *cb = c->store->buf[g];
 			size_t so = i * c->bb, co = chain[i]->slot * c->bb;
-			long r = put ? sb_buf_share(cb, co, sb, so, (k - i) * c->bb)
-				     : sb_buf_share(sb, so, cb, co, (k - i) * c->bb);
+			size_t len = (k - i) * c->bb, n = (k - i) * per;
+			long r;
 
+			if (lazy &&
+			    sbi_buf_share_disk(sb, so / c->store->page, cb,
+					       co / c->store->page, n) ==
+				    (long)disk_pages(cb, co / c->store->page,
+						     n))
+				continue;
+			/* Resident, or a slot that could not take another
+			 * holder: shared now (pages on disk read in). */
+			eager |= lazy;
+			r = put ? sb_buf_share(cb, co, sb, so, len)
+				: sb_buf_share(sb, so, cb, co, len);
 			if (r < 0)
 				return r;
 		}
 		for (size_t t = i; t < k; t++)
-			chain[t]->spilled = false;
+			if (!lazy || eager)
+				chain[t]->spilled = false;
 		i = k;
 	}
 	return 0;

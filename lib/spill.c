@@ -82,14 +82,18 @@ static int spill_init(struct sbi_disk *d)
 		uint64_t *bits = sbi_meta_alloc(SLOT_CAP / 8 + 8, false);
 		uint32_t *crc = sbi_meta_alloc(SLOT_CAP * sizeof(uint32_t),
 					       false);
+		uint16_t *extra = sbi_meta_alloc(SLOT_CAP * sizeof(uint16_t),
+						 false);
 
-		if (!bits || !crc) {
+		if (!bits || !crc || !extra) {
 			sbi_meta_free(bits, SLOT_CAP / 8 + 8);
 			sbi_meta_free(crc, SLOT_CAP * sizeof(uint32_t));
+			sbi_meta_free(extra, SLOT_CAP * sizeof(uint16_t));
 			return -ENOMEM;
 		}
 		d->slot_bits = bits;
 		d->slot_crc = crc;
+		d->slot_extra = extra;
 		d->slot_cap = SLOT_CAP;
 	}
 	dir = spill_dir(d->pool);
@@ -153,17 +157,37 @@ out:
 	return r;
 }
 
+int sbi_spill_ref(struct sbi_disk *d, uint32_t slot)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&d->spill_lock);
+	if (slot >= d->slot_hi || !slot_used(d, slot))
+		r = -EINVAL;
+	else if (d->slot_extra[slot] == UINT16_MAX)
+		r = -EMLINK;
+	else
+		d->slot_extra[slot]++;
+	pthread_mutex_unlock(&d->spill_lock);
+	return r;
+}
+
 void sbi_spill_free(struct sbi_disk *d, const uint32_t *slots, size_t n)
 {
 	size_t ps = d->pool->page_size;
 
 	pthread_mutex_lock(&d->spill_lock);
 	for (size_t k = 0; k < n; k++) {
+		/* Another holder: the slot stays (not punched below). */
+		if (d->slot_extra[slots[k]]) {
+			d->slot_extra[slots[k]]--;
+			continue;
+		}
 		d->slot_bits[slots[k] / 64] &= ~(1ull << (slots[k] % 64));
 		if (slots[k] < d->slot_hint)
 			d->slot_hint = slots[k];
+		d->slots_used--;
 	}
-	d->slots_used -= (uint32_t)n;
 	pthread_mutex_unlock(&d->spill_lock);
 	/* Punch outside the lock: it is a file-system call. Neighbours in
 	 * one call. A slot reused meanwhile is not punched: its new write

@@ -201,7 +201,9 @@ struct sb_kv_cache;
  * each put, where the prefix just stored counts whole), keeping the most
  * recently used: the least recently used go to disk first when
  * the pool has a disk tier (an evictable buffer, a save or restore set it
- * up) and are read back when a get shares them, else they are released.
+ * up), and a sequence a get returns reads such a page in lazily, when it
+ * first touches it (the cache's copy stays on disk); else they are
+ * released.
  * Errors: -EINVAL (NULL, bad geometry), -ENOMEM, and those of
  * sb_buf_create. */
 struct sb_kv_cache *sb_kv_cache_create_sz(struct sb_pool *pool,
