@@ -466,6 +466,8 @@ void sbi_vma_fg_end(struct sb_pool *pool);
  * wait for milliseconds (seen: 34 wake-ups in 1.6 ms). */
 void sbi_vma_bg_yield(struct sb_pool *pool);
 void sbi_thread_internal(void);
+/* Set in the library's own threads (thread.c). */
+extern __thread bool sbi_internal_thread;
 /* Wait until at least pages pages are ready (or timeout_ms passes). */
 void sbi_pool_wait_ready(struct sb_pool *pool, size_t pages, int timeout_ms);
 /* Forget buf's run earmark (the buffer is going away). */

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The pool of placement heaps: creation and teardown, the page allocator,
- * references for shared pages, the budget, and the accounting.
+ * The pool's page allocator: its heaps (from the page source), runs,
+ * allocation, references for shared pages, the budget, the counters. The
+ * pool's life (creation, threads, teardown) and its public calls are in
+ * pool_life.c, above everything that uses pages.
  *
  * Allocation prefers, for a buffer page, the heap page right after the one
  * holding the buffer's previous page: consecutive buffer pages then sit on
@@ -185,6 +187,20 @@ static int claim_run(struct sb_pool *pool, struct sb_buf *buf, uint32_t want,
 	pool->want_site = true;
 	*out = h->slot * pool->pages_per_heap + start;
 	return 0;
+}
+
+/* A free page worth making ready, for the ready thread (prio 0: needed
+ * next, 1: after that). */
+void sbi_ready_want(struct sb_pool *pool, sbi_pid p, int prio)
+{
+	SBI_HELD(&pool->lock);
+	struct sbi_ring *q = &pool->wanted[prio];
+	uint32_t next = (q->tail + 1) % q->cap;
+
+	if (next == q->head)
+		return;	/* full: a hint, not a promise */
+	q->pid[q->tail] = p;
+	q->tail = next;
 }
 
 /* ---- allocation ---------------------------------------------------------- */
@@ -639,291 +655,11 @@ uint32_t sbi_pool_refs(struct sb_pool *pool, sbi_pid p)
 	return r;
 }
 
-/* ---- creation and teardown ----------------------------------------------- */
-
-static int check_numa(int node)
-{
-	if (node < 0)
-		return 0;
-	if (numa_available() < 0)
-		return node == 0 ? 0 : -EINVAL;
-	if (node > numa_max_node() ||
-	    !numa_bitmask_isbitset(numa_all_nodes_ptr, (unsigned)node))
-		return -EINVAL;
-	return 0;
-}
-
-static int start_threads(struct sb_pool *pool)
-{
-	int r = sbi_fault_start(pool);
-
-	if (r == 0) {
-		r = sbi_thread_start(&pool->ready_thread, sbi_ready_thread,
-				     pool, "sb-ready", -1);
-		if (r < 0)
-			sbi_fault_stop(pool);
-	}
-	return r;
-}
-
-static void free_pool(struct sb_pool *pool)
-{
-	sbi_stat_close(pool);
-	if (pool->uffd >= 0)
-		close(pool->uffd);
-	if (pool->uffd_sigbus >= 0)
-		close(pool->uffd_sigbus);
-	if (pool->quit_fd >= 0)
-		close(pool->quit_fd);
-	sbi_meta_free(pool->heaps, pool->heap_cap * sizeof(*pool->heaps));
-	for (int q = 0; q < 2; q++)
-		sbi_meta_free(pool->wanted[q].pid,
-			      pool->wanted[q].cap * sizeof(sbi_pid));
-	sbi_meta_free(pool->pf, pool->pf_cap * sizeof(*pool->pf));
-	free(pool->reg);
-	free(pool->spill_dir);
-	pthread_mutex_destroy(&pool->disk_lock);
-	pthread_rwlock_destroy(&pool->layout);
-	pthread_rwlock_destroy(&pool->reg_lock);
-	pthread_mutex_destroy(&pool->lock);
-	pthread_mutex_destroy(&pool->pf_lock);
-	pthread_cond_destroy(&pool->pf_cond);
-	pthread_cond_destroy(&pool->ready_cond);
-	pthread_cond_destroy(&pool->busy_cond);
-	free(pool);
-}
-
-static _Atomic unsigned next_pool_id;
-
-static struct sb_pool *fail(int *err, int e)
-{
-	if (err)
-		*err = e;
-	return NULL;
-}
-
-static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
-				   int *err);
-
-SB_API struct sb_pool *sb_pool_create_sz(const struct sb_pool_opts *opts,
-					 size_t size, int *err)
-{
-	struct sb_pool_opts o;
-	int r;
-
-	if (!opts)
-		return fail(err, -EINVAL);
-	r = sbi_struct_in(&o, sizeof(o), opts, size, SBI_SIZE_POOL_OPTS_0_1);
-	if (r < 0)
-		return fail(err, r);
-	return pool_create(&o, err);
-}
-
-SB_API struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts,
-				      int *err)
-{
-	return sb_pool_create_sz(opts, SBI_SIZE_POOL_OPTS_0_1, err);
-}
-
-static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
-				   int *err)
-{
-	const struct sb_features *f = sbi_features();
-	struct sb_pool *pool;
-	const char *why;
-	pthread_condattr_t ca;
-	int r;
-
-	if (!opts)
-		return fail(err, -EINVAL);
-	why = sbi_opts_check(opts);
-	if (why) {
-		sbi_info("sb_pool_create: %s", why);
-		return fail(err, -EINVAL);
-	}
-	if (check_numa(opts->numa_node) < 0) {
-		sbi_info("sb_pool_create: NUMA node %d does not exist",
-			 opts->numa_node);
-		return fail(err, -EINVAL);
-	}
-	if (f->uffd_mode == SB_UFFD_NONE) {
-		sbi_err("userfaultfd is unavailable (%s); run sparsebuf-info",
-			strerror(-f->uffd_error));
-		return fail(err, f->uffd_error ? f->uffd_error : -ENOSYS);
-	}
-	pool = calloc(1, sizeof(*pool));
-	if (!pool)
-		return fail(err, -ENOMEM);
-	pool->uffd = pool->uffd_sigbus = pool->quit_fd = -1;
-	pool->id = atomic_fetch_add(&next_pool_id, 1) + 1;
-	sbi_stat_open(pool);
-	pool->page_size = opts->page_size;
-	pool->heap_size = opts->heap_size;
-	pool->page_shift = (uint32_t)__builtin_ctzl(opts->page_size);
-	pool->pages_per_heap = (uint32_t)(opts->heap_size / opts->page_size);
-	/* The pages come from the page source; so does the budget. */
-	pool->source = sbi_memfd_source();
-	pool->max_bytes =
-		pool->source.ops->budget(pool->source.ctx, opts->max_bytes);
-	pool->max_pages =
-		pool->max_bytes ? pool->max_bytes >> pool->page_shift : SIZE_MAX;
-	pool->numa_node = opts->numa_node;
-	pool->can_wp = f->wp_shmem;
-	pool->can_poison = f->poison;
-	pool->can_recycle = sbi_env_recycle() &&
-			    (f->uffd_features & UFFD_FEATURE_MINOR_SHMEM);
-	pool->fork_gen = atomic_load(&sbi_fork_gen);
-	/* Page ids plus one must fit in 32 bits. */
-	pool->heap_cap = (uint32_t)(0xfffffffeu / pool->pages_per_heap);
-	if (pool->heap_cap > (1u << 20))
-		pool->heap_cap = 1u << 20;
-	pool->ready_min = ((size_t)1 << 20) >> pool->page_shift;
-	if (pool->ready_min < 1)
-		pool->ready_min = 1;
-	/* 12 MiB: what a pool holds beyond its pages in use stays small
-	 * (docs/design.md, "The ready reserve"; a KV cache's lookahead adds
-	 * up to a page per region). Growth that outruns it has the caller
-	 * prepare pages: tens of microseconds each. */
-	pool->ready_max = ((size_t)12 << 20) >> pool->page_shift;
-	if (pool->ready_max < 2 * pool->ready_min)
-		pool->ready_max = 2 * pool->ready_min;
-	pool->ready_target = pool->ready_min;
-	pool->grow_due_ms = UINT64_MAX;
-	pool->wanted[0].cap = pool->wanted[1].cap = 4096;
-	pool->pf_cap = 4096;
-	pool->caller_cpu = -1;
-	pool->next_buf_id = 1;
-
-	pthread_rwlock_init(&pool->layout, NULL);
-	pthread_rwlock_init(&pool->reg_lock, NULL);
-	pthread_mutex_init(&pool->lock, NULL);
-	pthread_mutex_init(&pool->pf_lock, NULL);
-	pthread_mutex_init(&pool->disk_lock, NULL);
-	SBI_LK_RANK(&pool->layout, SBI_RANK_LAYOUT, pool->id);
-	SBI_LK_RANK(&pool->reg_lock, SBI_RANK_REG, pool->id);
-	SBI_LK_RANK(&pool->lock, SBI_RANK_POOL, pool->id);
-	SBI_LK_RANK(&pool->pf_lock, SBI_RANK_LEAF, pool->id);
-	pthread_cond_init(&pool->pf_cond, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&pool->ready_cond, &ca);
-	pthread_cond_init(&pool->busy_cond, &ca);
-	pthread_condattr_destroy(&ca);
-
-	pool->heaps = sbi_meta_alloc(pool->heap_cap * sizeof(*pool->heaps),
-				     true);
-	for (int q = 0; q < 2; q++)
-		pool->wanted[q].pid = sbi_meta_alloc(
-			pool->wanted[q].cap * sizeof(sbi_pid), false);
-	pool->pf = sbi_meta_alloc(pool->pf_cap * sizeof(*pool->pf), false);
-	if (opts->spill_dir && !(pool->spill_dir = strdup(opts->spill_dir))) {
-		r = -ENOMEM;
-		goto out;
-	}
-	if (!pool->heaps || !pool->wanted[0].pid || !pool->wanted[1].pid ||
-	    !pool->pf) {
-		r = -ENOMEM;
-		goto out;
-	}
-	pool->uffd = r = sbi_uffd_open(UFFD_FEATURE_WP_HUGETLBFS_SHMEM |
-				       UFFD_FEATURE_POISON |
-				       UFFD_FEATURE_MINOR_SHMEM);
-	if (r < 0)
-		goto out;
-	pool->uffd_sigbus = r = sbi_uffd_open(UFFD_FEATURE_SIGBUS |
-					      UFFD_FEATURE_WP_HUGETLBFS_SHMEM);
-	if (r < 0)
-		goto out;
-	pool->quit_fd = r = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (r < 0) {
-		r = -errno;
-		goto out;
-	}
-	r = start_threads(pool);
-	if (r < 0)
-		goto out;
-	sbi_process_add_pool(pool);
-	return pool;
-out:
-	free_pool(pool);
-	return fail(err, r);
-}
-
-SB_API void sb_pool_destroy(struct sb_pool *pool)
-{
-	if (!pool)
-		return;
-	if (sbi_pool_check(pool) < 0) {
-		/* A child's copy of its parent's pool: the fork handler
-		 * already closed its descriptors; nothing else is ours. */
-		return;
-	}
-	sbi_process_remove_pool(pool);
-	for (;;) {
-		struct sb_buf *buf = NULL;
-
-		pthread_rwlock_rdlock(&pool->reg_lock);
-		if (pool->nreg)
-			buf = pool->reg[0].buf;
-		pthread_rwlock_unlock(&pool->reg_lock);
-		if (!buf)
-			break;
-		sb_buf_destroy(buf);
-	}
-	sbi_disk_destroy(pool);
-	pthread_mutex_lock(&pool->lock);
-	pool->stopping = true;
-	pthread_cond_broadcast(&pool->ready_cond);
-	pthread_mutex_unlock(&pool->lock);
-	sbi_fault_stop(pool);
-	pthread_join(pool->ready_thread, NULL);
-	for (uint32_t s = 0; s < pool->heap_hi; s++)
-		if (pool->heaps[s])
-			sbi_heap_destroy(&pool->source, pool->heaps[s],
-					 pool->page_size);
-	free_pool(pool);
-}
-
 /* ---- accounting ------------------------------------------------------------ */
 
 static uint64_t counter(_Atomic uint64_t *c)
 {
 	return atomic_load_explicit(c, memory_order_relaxed);
-}
-
-static int pool_stats(struct sb_pool *pool, struct sb_stats *st);
-
-SB_API int sb_pool_stats_sz(struct sb_pool *pool, struct sb_stats *st,
-			    size_t size)
-{
-	struct sb_stats s;
-	int r;
-
-	if (!pool || !st)
-		return -EINVAL;
-	r = pool_stats(pool, &s);
-	if (r < 0)
-		return r;
-	return sbi_struct_out(st, size, &s, sizeof(s), SBI_SIZE_STATS_0_1);
-}
-
-SB_API int sb_pool_stats(struct sb_pool *pool, struct sb_stats *st)
-{
-	return sb_pool_stats_sz(pool, st, SBI_SIZE_STATS_0_1);
-}
-
-static int pool_stats(struct sb_pool *pool, struct sb_stats *st)
-{
-	int r;
-
-	if (!pool || !st)
-		return -EINVAL;
-	if ((r = sbi_pool_check(pool)) < 0)
-		return r;
-	pthread_mutex_lock(&pool->lock);
-	sbi_pool_stats_locked(pool, st);
-	pthread_mutex_unlock(&pool->lock);
-	return 0;
 }
 
 void sbi_pool_stats_locked(struct sb_pool *pool, struct sb_stats *st)
@@ -952,62 +688,9 @@ void sbi_pool_stats_locked(struct sb_pool *pool, struct sb_stats *st)
 	st->spill_bytes = sbi_disk_spill_bytes(pool);
 }
 
-SB_API long sb_pool_trim(struct sb_pool *pool)
-{
-	size_t pages;
-	int r;
-
-	if (!pool)
-		return -EINVAL;
-	if ((r = sbi_pool_check(pool)) < 0)
-		return r;
-	pthread_mutex_lock(&pool->lock);
-	pages = sbi_ready_trim(pool, false, true);
-	pthread_mutex_unlock(&pool->lock);
-	return (long)(pages << pool->page_shift);
-}
-
-SB_API long sb_pool_reserve(struct sb_pool *pool, long delta_bytes)
-{
-	long pages;
-	int r;
-
-	if (!pool)
-		return -EINVAL;
-	if ((r = sbi_pool_check(pool)) < 0)
-		return r;
-	pages = delta_bytes / (long)pool->page_size +
-		(delta_bytes % (long)pool->page_size > 0);
-	pthread_mutex_lock(&pool->lock);
-	if (pages < 0 && (size_t)-pages > pool->ready_floor) {
-		pool->ready_floor = 0;
-	} else if (pages > 0 &&
-		   (size_t)pages > (size_t)(LONG_MAX >> pool->page_shift) -
-					   pool->ready_floor) {
-		/* The floor in bytes would not fit the return value. */
-		pthread_mutex_unlock(&pool->lock);
-		return -ERANGE;
-	} else {
-		pool->ready_floor = (size_t)((long)pool->ready_floor + pages);
-	}
-	if (pool->ready_target < pool->ready_floor)
-		pool->ready_target = pool->ready_floor;
-	pthread_cond_signal(&pool->ready_cond);
-	pages = (long)pool->ready_floor;
-	pthread_mutex_unlock(&pool->lock);
-	return pages * (long)pool->page_size;
-}
-
-static __thread bool internal_thread;
-
-void sbi_thread_internal(void)
-{
-	internal_thread = true;
-}
-
 void sbi_pool_note_caller(struct sb_pool *pool)
 {
-	if (internal_thread)
+	if (sbi_internal_thread)
 		return;
 	__atomic_store_n(&pool->caller_cpu, sched_getcpu(), __ATOMIC_RELAXED);
 }

@@ -39,18 +39,6 @@
 
 enum work { W_NONE, W_BACK, W_ZERO, W_PUNCH };	/* BACK, ZERO: zeroed */
 
-void sbi_ready_want(struct sb_pool *pool, sbi_pid p, int prio)
-{
-	SBI_HELD(&pool->lock);
-	struct sbi_ring *q = &pool->wanted[prio];
-	uint32_t next = (q->tail + 1) % q->cap;
-
-	if (next == q->head)
-		return;	/* full: a hint, not a promise */
-	q->pid[q->tail] = p;
-	q->tail = next;
-}
-
 static bool ring_pop(struct sbi_ring *q, sbi_pid *p)
 {
 	if (q->head == q->tail)

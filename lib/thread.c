@@ -14,6 +14,13 @@
 #include <sched.h>
 #include <signal.h>
 
+__thread bool sbi_internal_thread;
+
+void sbi_thread_internal(void)
+{
+	sbi_internal_thread = true;
+}
+
 static cpu_set_t load_cpus;
 static bool load_cpus_known;
 

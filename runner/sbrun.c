@@ -496,8 +496,12 @@ int main(int argc, char **argv)
 	}
 	if (restore_path) {
 		s[0] = restore_run(&m, pool, restore_path, &saved, &prev_ids);
-		if (!s[0])
+		if (!s[0]) {
+			free(first_logits);
+			if (pool != sb_default_pool())
+				sb_pool_destroy(pool);
 			return 1;
+		}
 		nprev = saved.nout;
 		dtype = s[0]->dtype;
 	} else if (!pcache) {
@@ -505,6 +509,9 @@ int main(int argc, char **argv)
 		if (!s[0]) {
 			fprintf(stderr, "sbrun: KV cache: %s\n",
 				strerror(-r));
+			free(first_logits);
+			if (pool && pool != sb_default_pool())
+				sb_pool_destroy(pool);
 			return 1;
 		}
 	}
