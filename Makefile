@@ -182,7 +182,13 @@ deps-bench:
 # Dependencies first (a sub-make, so that even make -j builds after them).
 test: deps-test
 	@$(MAKE) --no-print-directory test-build
+	@scripts/layers.sh $(BUILD)
 	@tests/run.sh $(BUILD)/tests
+
+# lib/'s layering (lib/LAYERS) against nm of its objects: no upward call,
+# no loop.
+layers: lib
+	@scripts/layers.sh $(BUILD)
 
 test-build: lib tests $(TOOLS) bench-bin $(EXTRA_ALL) man
 
@@ -268,6 +274,6 @@ clean:
 	rm -rf build build-asan build-tsan
 
 
-.PHONY: examples-check man lockcheck
+.PHONY: examples-check man lockcheck layers
 .PHONY: all build-all lib tests bench-bin deps-check deps-test deps-bench test test-build demo asan tsan bench bench-pagein install format clean sparsebuf.pc
 .SECONDARY:

@@ -57,55 +57,6 @@ static void service_minor_placed(struct sb_pool *pool, struct sb_buf *buf,
 	sbi_vma_wake(buf, idx);
 }
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-void sbi_sigbus_note(struct sb_buf *buf, size_t idx, int err,
-		     const char *what)
-{
-	struct sb_pool *pool = buf->pool;
-	uint64_t now = mono_ms(), last, n;
-	bool at_budget;
-
-	/* Counted before the wake-up: the thread may look at once. */
-	n = atomic_fetch_add_explicit(&pool->n_sigbus, 1,
-				      memory_order_relaxed) + 1;
-	sbi_debug("%s at page %zu of buffer %u: %s: SIGBUS", what, idx,
-		  buf->id, strerror(-err));
-	if (err != -ENOMEM)
-		return;	/* I/O errors are logged where they happen */
-	/* A program killed by SIGBUS should say why without SPARSEBUF_LOG:
-	 * the first one, then at most one line a second. */
-	last = atomic_load_explicit(&pool->sigbus_log_ms, memory_order_relaxed);
-	if (last && now - last < 1000)
-		return;
-	if (!atomic_compare_exchange_strong(&pool->sigbus_log_ms, &last, now))
-		return;
-	pthread_mutex_lock(&pool->lock);
-	at_budget = pool->used >= pool->max_pages;
-	pthread_mutex_unlock(&pool->lock);
-	if (!at_budget)
-		sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): no "
-			 "memory for a page, or no mapping for it "
-			 "(vm.max_map_count) (%llu SIGBUS so far)",
-			 pool->id, what, idx, buf->id, (unsigned long long)n);
-	else
-		sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): the "
-			 "budget of %zu KiB (max_bytes, SPARSEBUF_MAX_BYTES) is "
-			 "in use and %s (%llu SIGBUS so far)",
-			 pool->id, what, idx, buf->id, pool->max_bytes >> 10,
-			 atomic_load(&pool->n_evictable)
-				 ? "no page of an evictable buffer could go "
-				   "to disk"
-				 : "no buffer is SB_BUF_EVICTABLE",
-			 (unsigned long long)n);
-}
-
 static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
 			    size_t idx, bool minor)
 {

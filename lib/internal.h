@@ -402,6 +402,14 @@ int sbi_check_buf(const struct sb_buf *buf);
 
 int sbi_check_range(const struct sb_buf *buf, size_t off, size_t len);
 extern _Atomic unsigned sbi_fork_gen;
+/* Handlers of the layer above (the default pool) that process.c's fork
+ * handlers run: prepare first, parent and child last. */
+struct sbi_fork_hooks {
+	void (*prepare)(void);
+	void (*parent)(void);
+	void (*child)(void);
+};
+void sbi_process_fork_hooks(const struct sbi_fork_hooks *hooks);
 void sbi_process_add_pool(struct sb_pool *pool);
 void sbi_process_remove_pool(struct sb_pool *pool);
 

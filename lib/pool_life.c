@@ -84,6 +84,8 @@ static struct sb_pool *fail(int *err, int e)
 
 static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 				   int *err);
+static const struct sbi_fork_hooks default_hooks;
+static void default_forget(struct sb_pool *pool);
 
 SB_API struct sb_pool *sb_pool_create_sz(const struct sb_pool_opts *opts,
 					 size_t size, int *err)
@@ -222,6 +224,7 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	r = start_threads(pool);
 	if (r < 0)
 		goto out;
+	sbi_process_fork_hooks(&default_hooks);
 	sbi_process_add_pool(pool);
 	return pool;
 out:
@@ -239,6 +242,7 @@ SB_API void sb_pool_destroy(struct sb_pool *pool)
 		return;
 	}
 	sbi_process_remove_pool(pool);
+	default_forget(pool);
 	for (;;) {
 		struct sb_buf *buf = NULL;
 
@@ -350,3 +354,85 @@ SB_API long sb_pool_reserve(struct sb_pool *pool, long delta_bytes)
 	return pages * (long)pool->page_size;
 }
 
+/* ---- the default pool ------------------------------------------------------- */
+
+static pthread_mutex_t default_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sb_pool *default_pool;	/* default_lock */
+static int default_err;			/* default_lock */
+static unsigned default_gen = ~0u;	/* default_lock */
+
+/* fork(): default_lock is held across it (taken before the pools', so in
+ * the order make_default takes them), and a child starts without one. */
+static void default_prepare(void)
+{
+	pthread_mutex_lock(&default_lock);
+}
+
+static void default_parent(void)
+{
+	pthread_mutex_unlock(&default_lock);
+}
+
+static void default_child(void)
+{
+	default_pool = NULL;
+	pthread_mutex_init(&default_lock, NULL);
+}
+
+static const struct sbi_fork_hooks default_hooks = {
+	default_prepare, default_parent, default_child,
+};
+
+/* The default pool destroyed: the next call builds a new one. */
+static void default_forget(struct sb_pool *pool)
+{
+	pthread_mutex_lock(&default_lock);
+	if (default_pool == pool) {
+		default_pool = NULL;
+		default_gen = ~0u;
+	}
+	pthread_mutex_unlock(&default_lock);
+}
+
+/* default_lock held. */
+static void make_default(void)
+{
+	struct sb_pool_opts opts;
+	int err = sbi_env_error();
+
+	default_gen = atomic_load(&sbi_fork_gen);
+	default_pool = NULL;
+	if (err) {
+		default_err = err;
+		return;
+	}
+	sbi_env_opts(&opts);
+	default_pool = sb_pool_create(&opts, &err);
+	default_err = default_pool ? 0 : err;
+	if (!default_pool)
+		sbi_err("the default pool is unavailable: %s", strerror(-err));
+}
+
+SB_API struct sb_pool *sb_default_pool(void)
+{
+	struct sb_pool *pool;
+
+	pthread_mutex_lock(&default_lock);
+	if (default_gen != atomic_load(&sbi_fork_gen))
+		make_default();
+	pool = default_pool;
+	pthread_mutex_unlock(&default_lock);
+	return pool;
+}
+
+SB_API int sb_default_pool_error(void)
+{
+	int err;
+
+	pthread_mutex_lock(&default_lock);
+	if (default_gen != atomic_load(&sbi_fork_gen))
+		make_default();
+	err = default_err;
+	pthread_mutex_unlock(&default_lock);
+	return err;
+}

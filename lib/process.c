@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Per-process state: the list of pools, fork() handling and the default
- * pool.
+ * Per-process state: the list of pools and fork() handling (the default
+ * pool, above, is pool_life.c's, which hooks its lock in here).
  *
  * fork(): a child must not see its parent's buffers. Placed pages are
  * MAP_SHARED heap pages, so an inherited mapping would let the child write
@@ -24,13 +24,11 @@
 
 _Atomic unsigned sbi_fork_gen;
 
-static pthread_mutex_t default_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sb_pool *pools;		/* pools_lock */
-static struct sb_pool *default_pool;	/* default_lock */
-static int default_err;			/* default_lock */
-static unsigned default_gen = ~0u;	/* default_lock */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+/* The default pool's (pool_life.c), run first in prepare, last after. */
+static const struct sbi_fork_hooks *outer;
 
 int sbi_pool_check(const struct sb_pool *pool)
 {
@@ -52,7 +50,8 @@ static void mark_buffers(struct sb_pool *pool, int advice)
 
 static void fork_prepare(void)
 {
-	pthread_mutex_lock(&default_lock);
+	if (outer)
+		outer->prepare();
 	pthread_mutex_lock(&pools_lock);
 	for (struct sb_pool *p = pools; p; p = p->next_pool) {
 		pthread_rwlock_wrlock(&p->layout);
@@ -67,7 +66,8 @@ static void fork_parent(void)
 		pthread_rwlock_unlock(&p->layout);
 	}
 	pthread_mutex_unlock(&pools_lock);
-	pthread_mutex_unlock(&default_lock);
+	if (outer)
+		outer->parent();
 }
 
 static void fork_child(void)
@@ -87,14 +87,19 @@ static void fork_child(void)
 				close(p->heaps[s]->fd);
 	}
 	pools = NULL;
-	default_pool = NULL;
 	pthread_mutex_init(&pools_lock, NULL);
-	pthread_mutex_init(&default_lock, NULL);
+	if (outer)
+		outer->child();
 }
 
 static void install_atfork(void)
 {
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+void sbi_process_fork_hooks(const struct sbi_fork_hooks *hooks)
+{
+	outer = hooks;
 }
 
 void sbi_process_add_pool(struct sb_pool *pool)
@@ -116,12 +121,6 @@ void sbi_process_remove_pool(struct sb_pool *pool)
 		}
 	}
 	pthread_mutex_unlock(&pools_lock);
-	pthread_mutex_lock(&default_lock);
-	if (default_pool == pool) {
-		default_pool = NULL;
-		default_gen = ~0u;	/* the next call builds a new one */
-	}
-	pthread_mutex_unlock(&default_lock);
 }
 
 SB_API void sb_pool_opts_init_sz(struct sb_pool_opts *opts, size_t size)
@@ -143,45 +142,3 @@ SB_API void sb_pool_opts_init(struct sb_pool_opts *opts)
 	sb_pool_opts_init_sz(opts, SBI_SIZE_POOL_OPTS_0_1);
 }
 
-/* default_lock held. */
-static void make_default(void)
-{
-	struct sb_pool_opts opts;
-	int err = sbi_env_error();
-
-	default_gen = atomic_load(&sbi_fork_gen);
-	default_pool = NULL;
-	if (err) {
-		default_err = err;
-		return;
-	}
-	sbi_env_opts(&opts);
-	default_pool = sb_pool_create(&opts, &err);
-	default_err = default_pool ? 0 : err;
-	if (!default_pool)
-		sbi_err("the default pool is unavailable: %s", strerror(-err));
-}
-
-SB_API struct sb_pool *sb_default_pool(void)
-{
-	struct sb_pool *pool;
-
-	pthread_mutex_lock(&default_lock);
-	if (default_gen != atomic_load(&sbi_fork_gen))
-		make_default();
-	pool = default_pool;
-	pthread_mutex_unlock(&default_lock);
-	return pool;
-}
-
-SB_API int sb_default_pool_error(void)
-{
-	int err;
-
-	pthread_mutex_lock(&default_lock);
-	if (default_gen != atomic_load(&sbi_fork_gen))
-		make_default();
-	err = default_err;
-	pthread_mutex_unlock(&default_lock);
-	return err;
-}

@@ -242,6 +242,21 @@ static size_t kv_pages(const struct sbm_session *s)
 	return st.pages_placed;
 }
 
+/* The pool's pages in use and, in *placed, the session's, read while the
+ * background thread placed nothing for it in between. */
+static size_t pool_and_base(struct sb_pool *pool, const struct sbm_session *s,
+			    size_t *placed)
+{
+	for (;;) {
+		size_t before = kv_pages(s);
+		size_t used = stats(pool).pages_used;
+
+		*placed = kv_pages(s);
+		if (*placed == before)
+			return used;
+	}
+}
+
 static int main_test(void)
 {
 	static int ref[512], got[512], a[512], b[512];
@@ -402,8 +417,7 @@ static int main_test(void)
 		 * region plus a partial one, plus the lookahead placed in the
 		 * background (settled before counting). */
 		CHECK_EQ(sb_kv_settle(base->kv), 0);
-		used_base = stats(pool).pages_used;
-		base_placed = kv_pages(base);
+		used_base = pool_and_base(pool, base, &base_placed);
 		f1 = sbm_session_fork(base, &err);
 		f2 = sbm_session_fork(base, &err);
 		CHECK(f1 && f2);
@@ -411,8 +425,13 @@ static int main_test(void)
 		 * the background thread placed ahead for base meanwhile (its
 		 * growth watch may still be on its way, more so on a busy
 		 * machine). */
-		used_base += kv_pages(base) - base_placed;
-		CHECK_EQ(stats(pool).pages_used, used_base);
+		{
+			size_t placed_now, used_now;
+
+			used_now = pool_and_base(pool, base, &placed_now);
+			CHECK_EQ(used_now - used_base, placed_now - base_placed);
+			used_base = used_now;
+		}
 		pages_prompt = (size_t)(lp * 128 / 4096) * 10;
 		/* Both forks take a step: each copies the shared partial
 		 * page of each of the 10 regions, and nothing else. */

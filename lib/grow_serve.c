@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Placing ahead for the growth watches (grow.c says how they work): the
+ * pool's ready thread looks at each watch's frontier and places the next
+ * page once the owner has entered the current one. Above placement
+ * (place.c), which notes growth in the watches.
+ */
+#include "internal.h"
+#include "grow.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Has the owner written the first bytes of page pid? */
+static bool entered(struct sb_pool *pool, sbi_pid pid)
+{
+	static const char zero[PEEK];
+	char peek[PEEK];
+	struct sbi_heap *h = sbi_pid_heap(pool, pid);
+	off_t off = (off_t)((size_t)sbi_pid_index(pool, pid) << pool->page_shift);
+
+	return pread(h->fd, peek, sizeof(peek), off) == (ssize_t)sizeof(peek) &&
+	       memcmp(peek, zero, sizeof(peek)) != 0;
+}
+
+/*
+ * One watch: once the owner has entered the frontier page, place the page
+ * after it and make that the frontier. Returns the watch's next state (buf
+ * NULL: ended) and whether a page was placed. No lock held; the buffer
+ * stays alive meanwhile (pf_inflight: unmap and destroy wait for it).
+ */
+static struct sbi_grow serve_one(struct sb_pool *pool, struct sbi_grow g,
+				 uint64_t now, bool *placed)
+{
+	struct sb_buf *buf = g.buf;
+	uint64_t pte;
+	long r;
+
+	pthread_rwlock_rdlock(&pool->layout);
+	pthread_mutex_lock(&buf->lock);
+	pte = buf->pte[g.cur];
+	pthread_mutex_unlock(&buf->lock);
+	pthread_rwlock_unlock(&pool->layout);
+
+	if (!sbi_pte_pid(pte))
+		return (struct sbi_grow){0};	/* released, poisoned */
+	if (!entered(pool, sbi_pte_pid(pte) - 1)) {
+		/* since_ms may be later than now (noted meanwhile). */
+		g.due_ms = now + grow_poll_ms(now > g.since_ms ? now - g.since_ms : 0);
+		return g;
+	}
+	if (g.cur + 1 >= buf->npages)
+		return (struct sbi_grow){0};
+	/* Advice, as a prefetch: at the budget it does not wait. Already
+	 * placed (the owner was first) counts as progress too. */
+	r = sbi_buf_place(buf, g.cur + 1, g.cur + 2, false);
+	if (r < 0)
+		return (struct sbi_grow){0};
+	*placed = r > 0;
+	g.cur++;
+	g.since_ms = now;
+	g.due_ms = now + 1;
+	return g;
+}
+
+bool sbi_grow_serve(struct sb_pool *pool)
+{
+	int nplaced = 0;
+	uint64_t now, due = UINT64_MAX;
+
+	if (!__atomic_load_n(&pool->ngrow, __ATOMIC_RELAXED)) {
+		pool->grow_due_ms = UINT64_MAX;
+		return false;
+	}
+	now = grow_now_ms();
+	pthread_mutex_unlock(&pool->lock);
+	/* Round robin: a burst cut short resumes where it stopped. */
+	for (uint32_t n = 0; n < SBI_GROW_MAX; n++) {
+		uint32_t k = (pool->grow_rr + n) % SBI_GROW_MAX;
+		struct sbi_grow g;
+		struct sb_buf *buf;
+		bool placed = false;
+
+		pthread_mutex_lock(&pool->pf_lock);
+		g = pool->grow[k];
+		buf = g.buf;
+		if (!buf || g.due_ms > now || nplaced == BURST) {
+			if (buf)	/* not due, or left for the next round */
+				due = due < g.due_ms ? due : g.due_ms;
+			pthread_mutex_unlock(&pool->pf_lock);
+			continue;
+		}
+		pool->pf_inflight = buf;
+		pthread_mutex_unlock(&pool->pf_lock);
+
+		g = serve_one(pool, g, now, &placed);
+		if (placed && ++nplaced == BURST)
+			pool->grow_rr = (k + 1) % SBI_GROW_MAX;
+
+		pthread_mutex_lock(&pool->pf_lock);
+		/* Unless cancelled meanwhile (an unmap waits for us, then
+		 * finds the slot empty or another buffer's). */
+		if (pool->grow[k].buf == buf) {
+			if (g.buf) {
+				if (pool->grow[k].cur > g.cur) {	/* noted */
+					g.cur = pool->grow[k].cur;
+					g.since_ms = pool->grow[k].since_ms;
+					g.due_ms = 0;
+				}
+				pool->grow[k] = g;
+				due = due < g.due_ms ? due : g.due_ms;
+			} else {
+				pool->grow[k] = (struct sbi_grow){0};
+				__atomic_sub_fetch(&pool->ngrow, 1,
+						   __ATOMIC_RELAXED);
+			}
+		}
+		pool->pf_inflight = NULL;
+		pthread_cond_broadcast(&pool->pf_cond);
+		pthread_mutex_unlock(&pool->pf_lock);
+	}
+	pool->grow_due_ms = due;
+	pthread_mutex_lock(&pool->lock);
+	return nplaced > 0;
+}

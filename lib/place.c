@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Placing pages in a buffer's empty pages: sb_buf_map's work, and the
+ * background placements (prefetch, the growth watches). Pages whose data
+ * is on disk are read in first; the rest are allocated (in runs of
+ * consecutive heap pages, so that the kernel merges their mappings) and
+ * mapped, with the buffer's lock held only to look at the page table and
+ * to map. Below the buffer calls, prefetch and growth, which use it.
+ */
+#include "internal.h"
+#include "trace.h"
+#include "tsan.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A range of a buffer's pages that map one run of heap pages. */
+struct run {
+	size_t idx, n;
+	sbi_pid pid;
+};
+
+static sbi_pid pte_pid(uint64_t pte)
+{
+	return sbi_pte_pid(pte);	/* pid + 1, or 0 */
+}
+
+/* Nothing there: no page, no data on disk, no failed read. A page
+ * poisoned by a failed zero-fill counts as empty (a map places one). */
+static bool empty(uint64_t pte)
+{
+	return !pte_pid(pte) &&
+	       !(pte & (SBI_PTE_DISK | SBI_PTE_IOERR | SBI_PTE_KEEP));
+}
+
+static bool disk_used(struct sb_buf *buf)
+{
+	return buf->src || atomic_load_explicit(&buf->disk_used,
+						memory_order_relaxed);
+}
+
+static size_t make_runs(const struct sb_pool *pool, const size_t *idx,
+			const sbi_pid *pids, size_t n, struct run *runs)
+{
+	size_t nruns = 0;
+
+	for (size_t k = 0; k < n;) {
+		size_t len = 1;
+
+		while (k + len < n && idx[k + len] == idx[k] + len &&
+		       pids[k + len] == pids[k] + len &&
+		       pids[k + len] % pool->pages_per_heap != 0)
+			len++;
+		runs[nruns++] = (struct run){idx[k], len, pids[k]};
+		k += len;
+	}
+	return nruns;
+}
+
+/*
+ * Three steps, so that the buffer lock is not held while pages are
+ * allocated (which may mean preparing one, 100 us or more): under the lock,
+ * find the unplaced pages and the page each stretch continues; without it,
+ * allocate; under it again, place the pages still unplaced (a fault or a
+ * prefetch may have placed some meanwhile: those pages go back).
+ */
+static long place(struct sb_buf *buf, size_t first, size_t end, bool wait);
+
+long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end, bool wait)
+{
+	/* wait: the owner's own placement (sb_buf_map); else the ready
+	 * thread's, in the background, which lets the owner's go first. */
+	if (!wait) {
+		sbi_vma_bg_yield(buf->pool);
+		return place(buf, first, end, false);
+	}
+	return place(buf, first, end, true);
+}
+
+static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
+{
+	struct sb_pool *pool = buf->pool;
+	size_t n = 0, k = 0, nsegs = 0, kept, nruns, done = 0, nin = 0;
+	struct run *runs = NULL, *segs = NULL;
+	size_t *idx = NULL;
+	sbi_pid *pids = NULL;
+	long r = 0;
+
+	/* Data on disk comes back first (and a failed read is an error,
+	 * never a zero page). Page-ins take the locks themselves. */
+	if (disk_used(buf)) {
+		r = sbi_pagein_range(buf, first, end, wait);
+		if (r < 0)
+			return r;
+		nin = (size_t)r;	/* read back in: placed by this call */
+		r = 0;
+	}
+	pthread_rwlock_rdlock(&pool->layout);
+	pthread_mutex_lock(&buf->lock);
+	for (size_t i = first; i < end; i++) {
+		n += empty(buf->pte[i]);
+		if (buf->pte[i] & SBI_PTE_IOERR)
+			r = -EIO;
+		else if (pte_pid(buf->pte[i]))	/* named again: in use */
+			sbi_rmap_note(buf, i, pte_pid(buf->pte[i]) - 1);
+	}
+	if (r < 0)
+		n = 0;
+	if (n) {
+		pids = malloc(n * sizeof(*pids));
+		idx = malloc(n * sizeof(*idx));
+		runs = malloc(n * sizeof(*runs));
+		segs = malloc(n * sizeof(*segs));
+	}
+	if (n && (!pids || !idx || !runs || !segs)) {
+		r = -ENOMEM;
+		n = 0;
+	}
+	/* Each stretch of unplaced pages continues the heap run of the page
+	 * before it (its pid + 1 goes in the segment's pid field). */
+	for (size_t i = first; i < end && n;) {
+		size_t j = i;
+
+		if (!empty(buf->pte[i])) {
+			i++;
+			continue;
+		}
+		while (j < end && empty(buf->pte[j]))
+			idx[k++] = j++;
+		segs[nsegs++] = (struct run){i, j - i,
+					     i ? pte_pid(buf->pte[i - 1]) : 0};
+		i = j;
+	}
+	pthread_mutex_unlock(&buf->lock);
+	if (!n) {
+		if (r == 0)
+			r = (long)nin;
+		goto out_unlocked;
+	}
+
+	for (size_t sg = 0, got = 0; sg < nsegs; got += segs[sg++].n) {
+		/* A prefetch served in the background (!wait) is advice:
+		 * at the budget it does not wait for busy buffers. */
+		r = sbi_alloc(pool, buf, segs[sg].pid, segs[sg].n, pids + got,
+			      wait ? 0 : SBI_ALLOC_NOWAIT, NULL, false);
+		if (r < 0) {
+			n = got;	/* what to give back */
+			goto out_put;
+		}
+	}
+
+	pthread_mutex_lock(&buf->lock);
+	/* Keep the pages still unplaced; return the others' pids. */
+	kept = 0;
+	for (k = 0; k < n; k++) {
+		if (!empty(buf->pte[idx[k]])) {
+			sbi_pool_put(pool, &(sbi_pid){pids[k] + 1}, 1);
+			continue;
+		}
+		idx[kept] = idx[k];
+		pids[kept++] = pids[k];
+	}
+	n = kept;
+	nruns = make_runs(pool, idx, pids, n, runs);
+	/* Only around the mapping itself: while the owner waits for a page
+	 * being made ready, the ready thread must not wait for the owner. */
+	if (wait)
+		sbi_vma_fg_begin(pool);
+	for (done = 0; done < nruns; done++) {
+		r = sbi_vma_place(buf, runs[done].idx, runs[done].n,
+				  runs[done].pid, false);
+		if (r < 0)
+			break;
+	}
+	if (wait)
+		sbi_vma_fg_end(pool);
+	if (r < 0)
+		goto out_unplace;
+	for (size_t t = 0; t < nruns; t++)
+		for (size_t i = 0; i < runs[t].n; i++) {
+			buf->pte[runs[t].idx + i] = (uint64_t)runs[t].pid + i + 1;
+			sbi_rmap_note(buf, runs[t].idx + i, runs[t].pid + i);
+			SBI_TRACE_MAP(buf, runs[t].idx + i);
+		}
+	buf->nplaced += n;
+	sbi_count(&pool->n_maps, n);
+	if (nruns && wait)	/* the owner's own: watch from its last page */
+		sbi_grow_note(buf, runs[nruns - 1].idx + runs[nruns - 1].n - 1);
+	/* A page read in above and then unmapped by another thread was
+	 * placed twice by this call: count pages, not placements. */
+	r = (long)(n + nin < end - first ? n + nin : end - first);
+	pthread_mutex_unlock(&buf->lock);
+	goto out_unlocked;
+out_unplace:
+	while (done--)
+		sbi_vma_unplace(buf, runs[done].idx, runs[done].n);
+	pthread_mutex_unlock(&buf->lock);
+out_put:
+	for (k = 0; k < n; k++)
+		pids[k]++;	/* page-table form for sbi_pool_put */
+	sbi_pool_put(pool, pids, n);
+out_unlocked:
+	pthread_rwlock_unlock(&pool->layout);
+	free(pids);
+	free(idx);
+	free(runs);
+	free(segs);
+	return r;
+}
+
