@@ -210,7 +210,6 @@ static __attribute__((noinline)) size_t take_ptes(struct sb_buf *buf,
 SB_API void sb_buf_destroy(struct sb_buf *buf)
 {
 	struct sb_pool *pool;
-	struct uffdio_range range;
 	size_t released = 0;
 
 	if (sbi_check_buf(buf) < 0)
@@ -235,8 +234,7 @@ SB_API void sb_buf_destroy(struct sb_buf *buf)
 				sbi_pte_release(buf, buf->pte[i]);
 	/* Threads stopped on a fault here would wait forever: wake them to
 	 * fault again on the now unmapped range. */
-	range = (struct uffdio_range){(uintptr_t)buf->base, buf->length};
-	ioctl(pool->uffd, UFFDIO_WAKE, &range);
+	sbi_vma_wake_range(pool, (uintptr_t)buf->base, buf->length);
 	if (buf->nplaced) {
 		/* Release in batches: a page table can be huge and sparse. */
 		sbi_pid batch[256];

@@ -143,8 +143,7 @@ static void release(struct sb_buf *buf, const size_t *idx, size_t n,
 		 * left as they are: the next page-in overwrites them. */
 		for (size_t k = 0, j; k < n; k = j) {
 			j = run_end(idx, n, k);
-			madvise(buf->base + (idx[k] << pool->page_shift),
-				(j - k) << pool->page_shift, MADV_DONTNEED);
+			sbi_vma_drop_ptes(buf, idx[k], j - k);
 		}
 		for (size_t k = 0; k < n; k++)
 			pids[k]++;	/* page-table form */

@@ -45,13 +45,8 @@
 static void service_minor_placed(struct sb_pool *pool, struct sb_buf *buf,
 				 size_t idx)
 {
-	struct uffdio_continue cont = {
-		.range = {.start = (uintptr_t)buf->base +
-				   (idx << pool->page_shift),
-			  .len = pool->page_size},
-	};
-
-	if (ioctl(pool->uffd, UFFDIO_CONTINUE, &cont) < 0 && errno != EEXIST)
+	(void)pool;
+	if (sbi_vma_continue(buf, idx) < 0)
 		sbi_vma_place(buf, idx, 1, sbi_pte_pid(buf->pte[idx]) - 1,
 			      buf->flags & SBI_BUF_RO);
 	sbi_vma_wake(buf, idx);
@@ -201,12 +196,9 @@ static void service(struct sb_pool *pool, const struct uffd_msg *msg)
 	if (!buf) {
 		/* The buffer was destroyed meanwhile: let the thread fault
 		 * again on whatever is there now. */
-		struct uffdio_range range = {
-			.start = addr & ~(uintptr_t)(pool->page_size - 1),
-			.len = pool->page_size,
-		};
-
-		ioctl(pool->uffd, UFFDIO_WAKE, &range);
+		sbi_vma_wake_range(pool,
+				   addr & ~(uintptr_t)(pool->page_size - 1),
+				   pool->page_size);
 	} else {
 		size_t idx = (addr - (uintptr_t)buf->base) >> pool->page_shift;
 

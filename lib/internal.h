@@ -739,6 +739,17 @@ int sbi_vma_wpfail(struct sb_buf *buf, size_t idx, sbi_pid pid);
 void sbi_vma_wake(struct sb_buf *buf, size_t idx);
 int sbi_uffd_register(int uffd, void *addr, size_t len, uint64_t mode);
 int sbi_uffd_wp(int uffd, void *addr, size_t len, bool on);
+/* Lift a page's write protection without waking its waiters (poisoning a
+ * kept page: the poison wakes them). */
+int sbi_vma_unprotect_nowake(struct sb_buf *buf, size_t idx);
+/* Map page idx again from its heap page (UFFDIO_CONTINUE, a minor fault);
+ * 0 if it is mapped already. */
+int sbi_vma_continue(struct sb_buf *buf, size_t idx);
+/* Drop the page-table entries of [idx, idx + n) (MADV_DONTNEED). */
+int sbi_vma_drop_ptes(struct sb_buf *buf, size_t idx, size_t n);
+/* Wake the threads stopped on a fault in [start, start + len) (a buffer
+ * destroyed under them: they fault again on what is there now). */
+void sbi_vma_wake_range(struct sb_pool *pool, uintptr_t start, size_t len);
 
 /* ---- fault.c ---------------------------------------------------------------*/
 

@@ -167,18 +167,8 @@ void sbi_pte_release(struct sb_buf *buf, uint64_t pte)
  * was write-protected when it was evicted; the marker must go first. */
 static void poison(struct sb_buf *buf, size_t idx, bool kept)
 {
-	struct sb_pool *pool = buf->pool;
-
-	if (kept) {
-		struct uffdio_writeprotect wp = {
-			.range = {.start = (uintptr_t)buf->base +
-					   (idx << pool->page_shift),
-				  .len = pool->page_size},
-			.mode = UFFDIO_WRITEPROTECT_MODE_DONTWAKE,
-		};
-
-		ioctl(pool->uffd, UFFDIO_WRITEPROTECT, &wp);
-	}
+	if (kept)
+		sbi_vma_unprotect_nowake(buf, idx);
 	sbi_vma_poison(buf, idx);
 }
 

@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The address-space operations on a buffer's range. Each replaces mappings
- * with MAP_FIXED; the caller holds the buffer's lock and the pool's layout
- * lock (read), and has already updated nothing: these only touch the kernel.
+ * The address-space operations on a buffer's range: the one owner of every
+ * change of a buffer's mappings (mmap, userfaultfd's CONTINUE, WAKE,
+ * WRITEPROTECT and POISON, MADV_DONTNEED), each retried while the kernel
+ * answers EAGAIN. Each replaces mappings with MAP_FIXED or changes their
+ * protection; the caller holds the buffer's lock and the pool's layout
+ * lock (read, asserted in make lockcheck), and has already updated
+ * nothing: these only touch the kernel.
  *
  *   placed page     MAP_SHARED mapping of a heap page (merged into runs)
  *   unplaced page   private anonymous memory registered MISSING with the
@@ -171,13 +175,11 @@ int sbi_vma_unplace(struct sb_buf *buf, size_t idx, size_t n)
 					    : pool->uffd);
 }
 
-/* UFFDIO_WRITEPROTECT, retried while the kernel answers EAGAIN (a range
- * being changed under it). */
-int sbi_uffd_wp(int uffd, void *addr, size_t len, bool on)
+static int uffd_wp_mode(int uffd, void *addr, size_t len, uint64_t mode)
 {
 	struct uffdio_writeprotect wp = {
 		.range = {.start = (uintptr_t)addr, .len = len},
-		.mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0,
+		.mode = mode,
 	};
 
 	for (int tries = 0; tries < 1000; tries++) {
@@ -187,6 +189,56 @@ int sbi_uffd_wp(int uffd, void *addr, size_t len, bool on)
 			return -errno;
 	}
 	return -EAGAIN;
+}
+
+/* UFFDIO_WRITEPROTECT, retried while the kernel answers EAGAIN (a range
+ * being changed under it). */
+int sbi_uffd_wp(int uffd, void *addr, size_t len, bool on)
+{
+	return uffd_wp_mode(uffd, addr, len,
+			    on ? UFFDIO_WRITEPROTECT_MODE_WP : 0);
+}
+
+int sbi_vma_unprotect_nowake(struct sb_buf *buf, size_t idx)
+{
+	SBI_HELD(&buf->lock);
+	return uffd_wp_mode(buf->pool->uffd, page_addr(buf, idx),
+			    pages_len(buf, 1),
+			    UFFDIO_WRITEPROTECT_MODE_DONTWAKE);
+}
+
+int sbi_vma_continue(struct sb_buf *buf, size_t idx)
+{
+	struct uffdio_continue cont = {
+		.range = {.start = (uintptr_t)page_addr(buf, idx),
+			  .len = pages_len(buf, 1)},
+	};
+
+	SBI_HELD(&buf->lock);
+	for (int tries = 0; tries < 1000; tries++) {
+		if (ioctl(buf->pool->uffd, UFFDIO_CONTINUE, &cont) == 0 ||
+		    errno == EEXIST)
+			return 0;
+		if (errno != EAGAIN)
+			return -errno;
+	}
+	return -EAGAIN;
+}
+
+int sbi_vma_drop_ptes(struct sb_buf *buf, size_t idx, size_t n)
+{
+	SBI_HELD(&buf->lock);
+	return madvise(page_addr(buf, idx), pages_len(buf, n),
+		       MADV_DONTNEED) < 0
+		       ? -errno
+		       : 0;
+}
+
+void sbi_vma_wake_range(struct sb_pool *pool, uintptr_t start, size_t len)
+{
+	struct uffdio_range range = {.start = start, .len = len};
+
+	ioctl(pool->uffd, UFFDIO_WAKE, &range);
 }
 
 int sbi_vma_protect(struct sb_buf *buf, size_t idx, size_t n, int uffd)
