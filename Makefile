@@ -133,6 +133,16 @@ $(BUILD)/tests/%: tests/%.c $(LIB_A) $(EXTRA_A) $(RUNNER_OBJ) tests/harness.h $(
 	@echo "  CCLD    $@"
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Ilib -Irunner -o $@ $< $(LDFLAGS_ALL) $(RUNNER_OBJ) $(EXTRA_A) $(LIB_A) $(LIBS) -lm
 
+# The static /init of test_numa2's two-node VM (not with sanitizers: their
+# runtimes do not link statically).
+ifeq ($(SAN),)
+NUMA2_GUEST := $(BUILD)/tests/numa2-guest
+endif
+$(BUILD)/tests/numa2-guest: tests/numa2/guest.c $(LIB_A)
+	@mkdir -p $(dir $@)
+	@echo "  CCLD    $@"
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -static -o $@ $< $(LDFLAGS_ALL) $(LIB_A) $(LIBS)
+
 $(BUILD)/bench/%: bench/%.c $(LIB_A) $(EXTRA_A) $(RUNNER_OBJ) $(wildcard bench/*.h) $(COMMON_HDR)
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
@@ -174,7 +184,7 @@ deps-check:
 	@scripts/deps.sh --check
 
 deps-test:
-	@scripts/deps.sh linux-perf
+	@scripts/deps.sh linux-perf qemu-system-x86 linux-image-amd64
 
 deps-bench:
 	@scripts/deps.sh linux-perf gnuplot-nox fio
@@ -190,7 +200,7 @@ test: deps-test
 layers: lib
 	@scripts/layers.sh $(BUILD)
 
-test-build: lib tests $(TOOLS) bench-bin $(EXTRA_ALL) man
+test-build: lib tests $(TOOLS) bench-bin $(EXTRA_ALL) man $(NUMA2_GUEST)
 
 demo: deps-bench
 	@$(MAKE) --no-print-directory $(BUILD)/bin/sparsebuf-demo \
