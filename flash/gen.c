@@ -426,6 +426,12 @@ static void progress(const struct sbf_gen_opts *o, uint32_t done,
 {
 	if (!o->progress)
 		return;
+	if (o->progress < 0) {
+		/* Not a terminal (a log, a script): a line per tenth. */
+		if (done == total || 10 * done / total != 10 * (done - 1) / total)
+			fprintf(stderr, "sbgen: layer %u/%u\n", done, total);
+		return;
+	}
 	fprintf(stderr, "\rsbgen: layer %u/%u [%-40.*s]", done, total,
 		(int)(40 * done / total), "########################################");
 	if (done == total)

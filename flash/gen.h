@@ -14,7 +14,8 @@ struct sbf_gen_opts {
 	float margin;	/* predictor threshold, in units of the score sd */
 	float noise;	/* off-subspace noise, relative to the signal */
 	int threads;	/* 0: one per CPU */
-	int progress;	/* a progress bar on stderr */
+	int progress;	/* on stderr: 1 a bar (a terminal), -1 a line per
+			 * tenth of the layers, 0 none */
 };
 
 /* Defaults for a model of about model_bytes bytes (dim 4096 from 1 GiB up,

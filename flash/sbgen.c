@@ -226,7 +226,7 @@ int main(int argc, char **argv)
 			why);
 		return 2;
 	}
-	o.progress = !quiet && isatty(2);
+	o.progress = quiet ? 0 : isatty(2) ? 1 : -1;
 	err = sbf_generate(out, &o, &h);
 	if (err < 0) {
 		fprintf(stderr, "sbgen: %s: %s\n", out,

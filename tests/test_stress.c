@@ -62,6 +62,9 @@ static int main_test(void)
 			VERIFY(p);
 			CHECK(m <= 2 * 8 + 2);
 			CHECK(maps_total() <= maps0 + 2 * 8 + MAPS_SLACK);
+			/* Progress, every 100k cycles (a few seconds). */
+			printf("  %ld of %ld cycles, %.1f s\n", i, n,
+			       now_s() - t0);
 		}
 	}
 	CHECK_EQ(sb_buf_unmap(b, 0, 1 * GiB), 7);
