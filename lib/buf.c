@@ -229,7 +229,7 @@ SB_API void sb_buf_destroy(struct sb_buf *buf)
 	pthread_mutex_lock(&buf->lock);
 	munmap(buf->base, buf->length);
 	if (disk_used(buf))
-		for (size_t i = 0; i < buf->npages; i++)
+		for (size_t i = 0; i < buf->disk_hi; i++)
 			if (!pte_pid(buf->pte[i]))
 				sbi_pte_release(buf, buf->pte[i]);
 	/* Threads stopped on a fault here would wait forever: wake them to
@@ -559,6 +559,8 @@ long sbi_buf_share_disk(struct sb_buf *dst, size_t d0, struct sb_buf *src,
 		if (sbi_spill_ref(d, slot1 - 1) < 0)
 			continue;	/* left for the caller to share */
 		dst->pte[d0 + k] = SBI_PTE_DISK | SBI_PTE_SLOT(slot1);
+		if (d0 + k >= dst->disk_hi)
+			dst->disk_hi = d0 + k + 1;
 		given++;
 	}
 	if (given)

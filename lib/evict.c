@@ -130,6 +130,8 @@ static void release(struct sb_buf *buf, const size_t *idx, size_t n,
 	for (size_t k = 0; k < n; k++) {
 		pids[k] = sbi_pte_pid(buf->pte[idx[k]]) - 1;
 		/* Recycled: the entry keeps the mapping, not the page. */
+		if (idx[k] >= buf->disk_hi)
+			buf->disk_hi = idx[k] + 1;
 		buf->pte[idx[k]] = SBI_PTE_DISK | SBI_PTE_KEEP |
 				   (pool->can_recycle ? 0
 						      : (uint64_t)pids[k] + 1) |

@@ -88,6 +88,7 @@ SB_API struct sb_buf *sb_buf_open_file(struct sb_pool *pool, const char *path,
 	pthread_mutex_lock(&buf->lock);
 	for (size_t i = 0; i < buf->npages; i++)
 		buf->pte[i] = SBI_PTE_DISK;
+	buf->disk_hi = buf->npages;
 	pthread_mutex_unlock(&buf->lock);
 	return buf;
 }

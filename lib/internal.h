@@ -639,6 +639,9 @@ struct sb_buf {
 	pthread_mutex_t lock;
 	uint64_t *pte;		/* buf->lock; sbi_meta memory */
 	size_t nplaced;		/* buf->lock */
+	size_t disk_hi;		/* buf->lock: one past the last page ever on
+				 * disk (destroy looks no further: a buffer
+				 * may be terabytes of address space) */
 	/* Run earmark (buf->lock): the heap extent this buffer grows into. */
 	uint64_t run_serial;
 	uint32_t run_slot, run_start, run_end;

@@ -533,12 +533,20 @@ SB_API long sb_kv_evict(struct sb_kv_seq *s)
 	held = round_up(s->len * s->row, s->page);
 	for (size_t g = 0; g < s->nregions; g++) {
 		size_t blen = sb_buf_length(s->buf[g]);
+		/* Placed or asked for ahead, and the page the pool's growth
+		 * watch may hold beyond: never the whole region (max_ctx may
+		 * be terabytes of address space). */
+		size_t hi = (s->placed[g] > s->asked[g] ? s->placed[g]
+							: s->asked[g]) +
+			    s->page;
 		long r;
 
+		if (hi > blen)
+			hi = blen;
 		/* Pages past the length (placed ahead) hold no row: they are
 		 * released, not written and read back. */
-		if (blen > held) {
-			r = sb_buf_unmap(s->buf[g], held, blen - held);
+		if (hi > held) {
+			r = sb_buf_unmap(s->buf[g], held, hi - held);
 			if (r < 0)
 				return r;
 		}

@@ -12,9 +12,9 @@
  *            the page size it was saved with, where the table lies and
  *            its CRC-32C, the user blob's length, the file's length, and
  *            the header's own CRC-32C
- *   4096     table: window[n_layers] (int32), start[n_layers] (uint64),
- *            offset and length of every region's image (uint64 each),
- *            then the user blob
+ *   4096     table: start[n_layers] (uint64), offset and length of every
+ *            region's image (uint64 each), window[n_layers] (int32), then
+ *            the user blob
  *   ...      one sb_buf_save image (save.c) per region, K of layer l
  *            first, then its V: the pages covering rows [0, len); pages a
  *            sliding window released are holes. A region of an empty
@@ -209,6 +209,13 @@ out:
 
 /* ---- restore --------------------------------------------------------------------- */
 
+static size_t pool_page(struct sb_pool *pool)
+{
+	struct sb_stats st;
+
+	return sb_pool_stats(pool, &st) == 0 ? st.page_size : 4096;
+}
+
 static bool pow2(uint64_t v)
 {
 	return v && !(v & (v - 1));
@@ -337,7 +344,12 @@ SB_API struct sb_kv_seq *sb_kv_restore(struct sb_pool *pool, const char *path,
 	cfg.head_dim = h.head_dim;
 	cfg.dtype = (enum sb_kv_dtype)h.dtype;
 	cfg.max_ctx = (size_t)h.max_ctx;
+	/* The file's lookahead is advice from whoever wrote it: at most 16
+	 * pages of rows (a hostile one would have every prepare place
+	 * gigabytes ahead). */
 	cfg.lookahead = (size_t)h.lookahead;
+	if (h.row && h.lookahead > 16 * (uint64_t)pool_page(pool) / h.row + 16)
+		cfg.lookahead = (size_t)(16 * pool_page(pool) / h.row + 16);
 	cfg.flags = h.flags;
 	cfg.window = t.window;
 	if (h.max_ctx > SIZE_MAX || h.lookahead > SIZE_MAX) {

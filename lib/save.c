@@ -497,6 +497,8 @@ static void mark_present(struct sb_buf *buf, const struct sbi_src *src,
 				if (blk >= src->nblocks)
 					break;
 				buf->pte[page] = SBI_PTE_DISK;
+				if (page >= buf->disk_hi)
+					buf->disk_hi = page + 1;
 				/* Skip the rest of this page's blocks. */
 				if ((page + 1) * per >= (w + 1) * 64)
 					break;

@@ -758,8 +758,42 @@ static void cache_threads(void)
 	sb_pool_destroy(p);
 }
 
+/* max_ctx costs address space only: parking, saving, restoring and
+ * freeing a sequence of terabytes of regions do work that follows what it
+ * holds (the fuzzer found evict and a restored sequence's destroy walking
+ * every page of the region). Run under alarm(): a walk would take
+ * minutes. */
+static int child_huge(void)
+{
+	struct sb_kv_config cfg = config(SB_KV_F16, NULL, 0);
+	struct sb_pool *p = make_pool(PAGE, 4 * MiB, 0);
+	struct sb_kv_seq *s, *r;
+	char path[160];
+	int err;
+
+	alarm(20);
+	cfg.max_ctx = (size_t)1 << 32;	/* 1 TiB a region */
+	s = sb_kv_create(p, &cfg, &err);
+	if (!s)
+		FAIL("sb_kv_create of 8 TiB: %s", strerror(-err));
+	grow(s, NULL, 300);
+	CHECK(sb_kv_evict(s) > 0);
+	grow(s, NULL, 310);
+	snprintf(path, sizeof(path), "%s/huge.kv", getenv("SBKV_DIR"));
+	CHECK_EQ(sb_kv_save(s, path, NULL, 0), 0);
+	r = restore(p, path);
+	CHECK(rows_ok(r, NULL, 310));
+	CHECK(sb_kv_evict(r) > 0);
+	sb_kv_destroy(r);
+	sb_kv_destroy(s);
+	sb_pool_destroy(p);
+	return 0;
+}
+
 static int child(const char *name)
 {
+	if (!strcmp(name, "huge"))
+		return child_huge();
 	if (!strcmp(name, "restore"))
 		return child_restore();
 	if (!strcmp(name, "damaged"))
@@ -785,6 +819,17 @@ static int main_test(void)
 	cache_lru(true);
 	cache_window();
 	cache_threads();
+	{
+		char var[96];
+		char *env[] = {var, NULL};
+		int st;
+
+		snprintf(var, sizeof(var), "SBKV_DIR=%s", dir);
+		st = run_child_env("huge", env, 60, NULL, 0);
+		CHECK_EQ(child_exit_code(st), 0);
+		printf("max_ctx of 2^32 positions: evict, save, restore, "
+		       "destroy follow what is held\n");
+	}
 	disk_rm_rf(dir);
 	printf("ok\n");
 	return 0;

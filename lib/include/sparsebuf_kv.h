@@ -154,8 +154,9 @@ int sb_kv_save(struct sb_kv_seq *seq, const char *path, const void *user,
 	       size_t user_len);
 
 /* A new sequence from a file sb_kv_save wrote: the same geometry
- * (flags included), length and sliding-window starts, in this pool (whose
- * page size may differ from the saving pool's). Nothing is read beyond
+ * (flags included; a lookahead over 16 pages of rows is taken as that
+ * much), length and sliding-window starts, in this pool (whose page size
+ * may differ from the saving pool's). Nothing is read beyond
  * the header and tables: pages are read in lazily on touch or prepare,
  * each checked against its CRC-32C (a damaged page raises SIGBUS on
  * touch, -EIO from prepare). The file may be replaced or removed

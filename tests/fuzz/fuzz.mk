@@ -1,6 +1,7 @@
 # tests/fuzz/: libFuzzer harnesses for everything that reads outside input
-# (save files, llama2.c checkpoints and tokenizers, the sampler's settings,
-# flash checkpoints, SPARSEBUF_* variables, the programs' command lines).
+# (save files, KV save files, llama2.c checkpoints and tokenizers, the
+# sampler's settings, flash checkpoints, SPARSEBUF_* variables, the
+# programs' command lines).
 # Included by the top Makefile.
 #
 #   make fuzz          every harness built with clang (libFuzzer, ASan,

@@ -9,6 +9,10 @@
  *   save        sb_buf_save files of a few pages (needs userfaultfd; the
  *               save seeds are kept as they are without it), and the
  *               header and tables of an 8 MiB file whose data is a hole
+ *   kvsave      sb_kv_save files of tiny sequences (1-3 layers, 1-2 KV
+ *               heads, head_dim 8-32, f32/f16/bf16; a sliding window, an
+ *               empty sequence, a user blob; saved with 4 KiB and 16 KiB
+ *               pages), each under 128 KiB (needs userfaultfd, as save)
  *   checkpoint  handmade llama2.c checkpoints: tiny (a few KiB) with
  *               shared and separate classifiers, and a header alone
  *   tokenizer   a vocabulary count, then a llama2.c tokenizer file
@@ -30,6 +34,7 @@
 #include "../../flash/format.h"
 #include "sbkernels.h"
 #include "sparsebuf.h"
+#include "sparsebuf_kv.h"
 
 static const char *dir;
 
@@ -177,6 +182,171 @@ static void hostile_seeds(void)
 	hostile_seed("hole-8m", 2048);
 }
 
+/* ---- KV save files ---------------------------------------------------------
+ */
+
+/* Read a whole file into the corpus as seed-file of name, and remove it. */
+static void put_file(const char *name, const char *file, const char *path)
+{
+	struct stat st;
+	char *data;
+	int fd = open(path, O_RDONLY);
+
+	if (fd < 0 || fstat(fd, &st) < 0 ||
+	    !(data = malloc((size_t)st.st_size + 1)) ||
+	    read(fd, data, (size_t)st.st_size) != st.st_size) {
+		perror(path);
+		exit(1);
+	}
+	close(fd);
+	unlink(path);
+	put(name, file, data, (size_t)st.st_size);
+	free(data);
+}
+
+/* A sequence of geometry cfg grown to len positions (every row of every
+ * region a pattern), saved by sb_kv_save with user (ulen bytes). */
+static void kv_seed(struct sb_pool *pool, const char *file,
+		    const struct sb_kv_config *cfg, size_t len,
+		    const void *user, size_t ulen)
+{
+	char tmp[] = "/tmp/sparsebuf-kvseed-XXXXXX";
+	struct sb_kv_seq *s;
+	size_t row;
+	int fd, err = 0;
+
+	s = sb_kv_create(pool, cfg, &err);
+	if (!s) {
+		fprintf(stderr, "sb_kv_create: %s\n", strerror(-err));
+		exit(1);
+	}
+	row = sb_kv_row_bytes(s);
+	/* A few positions a pass, as a decoder after its prompt. */
+	for (size_t at = 0; at < len;) {
+		size_t n = len - at < 7 ? len - at : 7;
+		long r = sb_kv_prepare(s, n);
+
+		if (r < 0) {
+			fprintf(stderr, "sb_kv_prepare: %s\n",
+				strerror((int)-r));
+			exit(1);
+		}
+		for (int l = 0; l < cfg->n_layers; l++)
+			for (size_t i = at * row; i < (at + n) * row; i++) {
+				((char *)sb_kv_k(s, l))[i] =
+					(char)(l * 16 + i * 3 + 1);
+				((char *)sb_kv_v(s, l))[i] =
+					(char)(l * 16 + i * 5 + 2);
+			}
+		r = sb_kv_commit(s, n);
+		if (r < 0) {
+			fprintf(stderr, "sb_kv_commit: %s\n",
+				strerror((int)-r));
+			exit(1);
+		}
+		at += n;
+	}
+	fd = mkstemp(tmp);
+	if (fd < 0 || (err = sb_kv_save(s, tmp, user, ulen)) < 0) {
+		fprintf(stderr, "sb_kv_save: %s\n", strerror(-err));
+		exit(1);
+	}
+	close(fd);
+	sb_kv_destroy(s);
+	put_file("kvsave", file, tmp);
+}
+
+static struct sb_pool *kv_pool(size_t page)
+{
+	struct sb_pool_opts o;
+	struct sb_pool *pool;
+	int err = 0;
+
+	sb_pool_opts_init(&o);
+	o.page_size = page;
+	o.heap_size = (size_t)1 << 20;
+	o.numa_node = -1;
+	pool = sb_pool_create(&o, &err);
+	if (!pool)
+		fprintf(stderr, "mkseeds: no pool (%s): kvsave seeds kept\n",
+			strerror(-err));
+	return pool;
+}
+
+static void kv_seeds(void)
+{
+	static const char tokens[] =
+		"token ids 1 15043 29892 3186 "
+		"sampler t=0.8 p=0.9 seed=42 rng=0x2545f491";
+	/* Layer 0 slides over 16 positions: with 64-byte rows, its first
+	 * page is released by position 80, a hole in the save. */
+	static const int slide[2] = {16, 0};
+	static const int mixed[3] = {0, 4, 0};
+	struct sb_pool *pool = kv_pool(4096), *big;
+	struct sb_kv_config c;
+
+	if (!pool)
+		return;
+	/* 1 layer, 1 KV head of 8, f32: rows of 32 bytes. */
+	c = (struct sb_kv_config){.n_layers = 1,
+				  .n_kv_heads = 1,
+				  .head_dim = 8,
+				  .dtype = SB_KV_F32,
+				  .max_ctx = 64};
+	kv_seed(pool, "f32-1layer", &c, 10, NULL, 0);
+	/* 2 layers, 2 KV heads of 16, f16: two pages a region. */
+	c = (struct sb_kv_config){.n_layers = 2,
+				  .n_kv_heads = 2,
+				  .head_dim = 16,
+				  .dtype = SB_KV_F16,
+				  .max_ctx = 1024};
+	kv_seed(pool, "f16-2layers", &c, 100, NULL, 0);
+	/* 2 layers, bf16 head of 32, a sliding window on layer 0. */
+	c = (struct sb_kv_config){.n_layers = 2,
+				  .n_kv_heads = 1,
+				  .head_dim = 32,
+				  .dtype = SB_KV_BF16,
+				  .max_ctx = 512,
+				  .window = slide};
+	kv_seed(pool, "bf16-window", &c, 90, NULL, 0);
+	/* 3 layers, f16 head of 8, a window of 4 on layer 1. */
+	c = (struct sb_kv_config){.n_layers = 3,
+				  .n_kv_heads = 1,
+				  .head_dim = 8,
+				  .dtype = SB_KV_F16,
+				  .max_ctx = 256,
+				  .window = mixed};
+	kv_seed(pool, "f16-3layers", &c, 20, NULL, 0);
+	/* Empty: no region images at all. */
+	c = (struct sb_kv_config){.n_layers = 2,
+				  .n_kv_heads = 2,
+				  .head_dim = 8,
+				  .dtype = SB_KV_F32,
+				  .max_ctx = 4096};
+	kv_seed(pool, "empty", &c, 0, NULL, 0);
+	/* A user blob, evictable regions. */
+	c = (struct sb_kv_config){.n_layers = 1,
+				  .n_kv_heads = 2,
+				  .head_dim = 8,
+				  .dtype = SB_KV_F32,
+				  .max_ctx = 128,
+				  .flags = SB_KV_EVICTABLE};
+	kv_seed(pool, "user-blob", &c, 5, tokens, sizeof(tokens));
+	sb_pool_destroy(pool);
+	/* Saved with 16 KiB pages: 100 rows of 64 bytes, one page. */
+	big = kv_pool((size_t)16 << 10);
+	if (!big)
+		return;
+	c = (struct sb_kv_config){.n_layers = 1,
+				  .n_kv_heads = 1,
+				  .head_dim = 16,
+				  .dtype = SB_KV_F32,
+				  .max_ctx = 300,
+				  .lookahead = 8};
+	kv_seed(big, "page16k", &c, 100, "u", 1);
+	sb_pool_destroy(big);
+}
+
 /* ---- llama2.c checkpoints and tokenizers -----------------------------------
  */
 
@@ -307,6 +477,7 @@ int main(int argc, char **argv)
 	mkdir(dir, 0755);
 	save_seeds();
 	hostile_seeds();
+	kv_seeds();
 
 	ckpt_seed("tiny-shared", (struct ckpt_cfg){8, 16, 1, 2, 2, 8, 4});
 	ckpt_seed("tiny-gqa-cls", (struct ckpt_cfg){8, 12, 2, 2, 1, -6, 3});
