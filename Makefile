@@ -184,7 +184,7 @@ deps-check:
 	@scripts/deps.sh --check
 
 deps-test:
-	@scripts/deps.sh linux-perf qemu-system-x86 linux-image-amd64
+	@scripts/deps.sh linux-perf --optional qemu-system-x86 linux-image-amd64
 
 deps-bench:
 	@scripts/deps.sh linux-perf gnuplot-nox fio
