@@ -61,6 +61,26 @@ static struct rank_slot ranks[NSLOTS];
 static pthread_mutex_t ranks_lock = PTHREAD_MUTEX_INITIALIZER;
 #define TOMB ((const void *)1)
 
+/* fork(): the child inherits ranks_lock as it was; a thread that held it
+ * is gone there, and the child's first lock would wait forever (test_chaos
+ * forks while other threads lock). Registered before any pool's handlers
+ * (a constructor), so it runs last in prepare, after the pool handlers
+ * took their locks through the wrappers, and first after. */
+static void ranks_prepare(void)
+{
+	__real_pthread_mutex_lock(&ranks_lock);
+}
+
+static void ranks_after(void)
+{
+	__real_pthread_mutex_unlock(&ranks_lock);
+}
+
+__attribute__((constructor)) static void ranks_atfork(void)
+{
+	pthread_atfork(ranks_prepare, ranks_after, ranks_after);
+}
+
 static size_t slot_of(const void *lock)
 {
 	uint64_t h = (uint64_t)(uintptr_t)lock * 0x9e3779b97f4a7c15ull;
