@@ -18,3 +18,8 @@ int sbi_check_buf(const struct sb_buf *buf)
 	return buf ? sbi_pool_check(buf->pool) : -EINVAL;
 }
 
+
+uint64_t sbi_buf_src_bytes(const struct sb_buf *buf)
+{
+	return buf->src ? buf->src->size : 0;
+}

@@ -494,6 +494,8 @@ struct sb_buf *sbi_buf_create(struct sb_pool *pool, size_t length,
  * strict. Returns how many pages were given. */
 long sbi_buf_share_disk(struct sb_buf *dst, size_t d0, struct sb_buf *src,
 			size_t s0, size_t n);
+/* Bytes of the buffer's source file (a save image's length), 0: none. */
+uint64_t sbi_buf_src_bytes(const struct sb_buf *buf);
 
 /* Pages of [first, end) placed in buf and held by nobody else (what
  * releasing them would give back). */

@@ -22,9 +22,10 @@
  *
  * Sliding windows: a layer with a window has released the rows before its
  * start, so a block stored from such a sequence may hold holes for that
- * layer. A hit may end at a block only if every windowed layer held its
- * whole window there when the block was stored (`endpoint`); the longest
- * match is cut back to the last such block.
+ * layer (`complete` false; a later put from a sequence that holds it fills
+ * it in). A hit of E positions needs every block within the longest
+ * window before E complete: the longest match is cut back to the last end
+ * where that holds (a hit never reads a hole as zeros).
  *
  * Memory: max_bytes bounds the pages only the cache holds (pages also
  * held by live sequences cost nothing more), checked at each put, where
@@ -59,7 +60,7 @@ struct block {
 	size_t depth;		/* positions [depth * B, (depth + 1) * B) */
 	uint64_t last_use;
 	uint32_t children;
-	bool endpoint;		/* a hit may end here */
+	bool complete;		/* every windowed layer's rows are in it */
 	bool spilled;		/* its pages went to disk */
 	bool doomed;		/* being dropped (drop_subtree) */
 };
@@ -533,17 +534,40 @@ static bool same_geometry(const struct sb_kv_cache *c,
 	return true;
 }
 
-/* Every windowed layer of s holds its whole window at position e. */
-static bool endpoint_ok(const struct sb_kv_seq *s, size_t e)
+/* Block i's rows are held by s in every windowed layer: the block's
+ * first page was not released (pages wholly before the start are). */
+static bool block_held(const struct sb_kv_cache *c, const struct sb_kv_seq *s,
+		       size_t i)
 {
-	for (int l = 0; l < s->cfg.n_layers; l++) {
-		size_t w = (size_t)s->window[l];
-		size_t need = w && e > w ? e - w : 0;
+	size_t p0 = i * c->bb / s->page;
 
-		if (w && s->start[l] > need)
+	for (int l = 0; l < s->cfg.n_layers; l++)
+		if (s->window[l] && (p0 + 1) * s->page <= s->start[l] * s->row)
 			return false;
-	}
 	return true;
+}
+
+/* The longest window of the geometry, in positions. */
+static size_t max_window(const struct sb_kv_seq *s)
+{
+	size_t w = 0;
+
+	for (int l = 0; l < s->cfg.n_layers; l++)
+		if ((size_t)s->window[l] > w)
+			w = (size_t)s->window[l];
+	return w;
+}
+
+/* Refill a block stored with holes from a sequence that holds it. */
+static void complete_block(struct sb_kv_cache *c, struct sb_kv_seq *s,
+			   struct block *b, size_t i)
+{
+	for (size_t g = 0; g < s->nregions; g++)
+		if (sb_buf_share(c->store->buf[g], b->slot * c->bb, s->buf[g],
+				 i * c->bb, c->bb) < 0)
+			return;
+	b->complete = true;
+	b->spilled = false;
 }
 
 SB_API long sb_kv_cache_put(struct sb_kv_cache *c, struct sb_kv_seq *s,
@@ -580,6 +604,8 @@ SB_API long sb_kv_cache_put(struct sb_kv_cache *c, struct sb_kv_seq *s,
 			break;
 		b->last_use = c->tick;
 		chain[i] = parent = b;
+		if (!b->complete && block_held(c, s, i))
+			complete_block(c, s, b, i);
 	}
 	/* The rest, new: a slot each, then their pages shared in. */
 	for (fresh = i; i < nb; i++) {
@@ -607,7 +633,7 @@ SB_API long sb_kv_cache_put(struct sb_kv_cache *c, struct sb_kv_seq *s,
 		b->slot = slot;
 		b->depth = i;
 		b->last_use = c->tick;
-		b->endpoint = endpoint_ok(s, (i + 1) * c->B);
+		b->complete = block_held(c, s, i);
 		b->next = c->bucket[b->key & (c->nbuckets - 1)];
 		c->bucket[b->key & (c->nbuckets - 1)] = b;
 		c->slot[slot] = b;
@@ -671,8 +697,16 @@ SB_API struct sb_kv_seq *sb_kv_cache_get(struct sb_kv_cache *c,
 			break;
 		b->last_use = c->tick;
 		chain[i] = parent = b;
-		if (b->endpoint)
-			end = i + 1;
+	}
+	/* The longest end whose window holds no hole. */
+	for (end = i; end > 0; end--) {
+		size_t pos = end * c->B, w = max_window(c->proto), j;
+		bool ok = true;
+
+		for (j = pos > w ? (pos - w) / c->B : 0; j < end && ok; j++)
+			ok = chain[j]->complete;
+		if (ok)
+			break;
 	}
 	r = end ? share_blocks(c, s, chain, 0, end, false) : 0;
 	pthread_mutex_unlock(&c->lock);

@@ -265,7 +265,8 @@ static int load(int fd, uint64_t size, struct kv_header *h,
 	for (size_t g = 0; g < 2 * n_layers; g++) {
 		uint64_t off = t->region[g][0], len = t->region[g][1];
 
-		if (!off && !len)
+		/* A sequence that holds rows has an image per region. */
+		if (!off && !len && !h->len)
 			continue;
 		if (!h->len || off % BLOCK || off < pos || off > size ||
 		    len > size - off || len < BLOCK)
@@ -275,8 +276,11 @@ static int load(int fd, uint64_t size, struct kv_header *h,
 	for (size_t l = 0; l < n_layers; l++) {
 		int32_t w = t->window[l];
 
+		/* Where the window starts: len - window, or later after a
+		 * rewind; a full layer from 0. */
 		if (w < 0 || (uint64_t)w > h->max_ctx || t->start[l] > h->len ||
-		    (!w && t->start[l]))
+		    (!w && t->start[l]) ||
+		    (w && h->len > (uint64_t)w && t->start[l] < h->len - (uint64_t)w))
 			return -EBADMSG;
 	}
 	return 0;
@@ -285,12 +289,14 @@ static int load(int fd, uint64_t size, struct kv_header *h,
 /* Every region from its image, or empty. */
 static int restore_regions(struct sb_kv_seq *s, const struct kv_table *t,
 			   int fd, int data_fd, bool direct, atomic_int *refs,
-			   uint64_t size, uint64_t saved_page)
+			   uint64_t saved_page)
 {
 	unsigned flags = sbi_kv_region_flags(&s->cfg);
 	/* Never longer than the region at the page size it was saved with. */
 	size_t max = (s->region + saved_page - 1) / saved_page * saved_page;
-	size_t held = (s->len * s->row + s->page - 1) / s->page * s->page;
+	/* The page the next row lands in is read back by the next prepare
+	 * (as after sb_kv_evict), the pages before on touch. */
+	size_t floor = s->len * s->row / s->page * s->page;
 	int e = 0;
 
 	s->buf = calloc(s->nregions, sizeof(*s->buf));
@@ -298,10 +304,11 @@ static int restore_regions(struct sb_kv_seq *s, const struct kv_table *t,
 		return -ENOMEM;
 	for (size_t g = 0; g < s->nregions; g++) {
 		if (t->region[g][1])
+			/* The image must lie within its own entry. */
 			s->buf[g] = sbi_restore_image(s->pool, fd, data_fd,
 						      direct, refs,
-						      t->region[g][0], size -
 						      t->region[g][0],
+						      t->region[g][1],
 						      s->region, max, flags,
 						      &e);
 		else
@@ -309,9 +316,11 @@ static int restore_regions(struct sb_kv_seq *s, const struct kv_table *t,
 						  &e);
 		if (!s->buf[g])
 			return e == -ENODATA ? -EBADMSG : e;
-		/* Pages below are on disk (read on touch) or holes a
-		 * window released: prepare places from here on. */
-		s->placed[g] = s->asked[g] = held;
+		/* The image covers every row held. */
+		if (t->region[g][1] &&
+		    sbi_buf_src_bytes(s->buf[g]) < (uint64_t)s->len * s->row)
+			return -EBADMSG;
+		s->placed[g] = s->asked[g] = floor;
 	}
 	return 0;
 }
@@ -391,7 +400,7 @@ SB_API struct sb_kv_seq *sb_kv_restore(struct sb_pool *pool, const char *path,
 	}
 	atomic_init(refs, 1);	/* ours, until the regions hold theirs */
 	r = restore_regions(s, &t, fd, data_fd, direct >= 0, refs,
-			    (uint64_t)st.st_size, h.page_size);
+			    h.page_size);
 out:
 	if (refs && atomic_fetch_sub(refs, 1) == 1) {
 		close(data_fd);

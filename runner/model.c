@@ -265,8 +265,13 @@ struct sbm_session *sbm_session_adopt(const struct sbm_model *m,
 	/* This model's geometry, and a length it can continue from. */
 	if (cfg.n_layers != m->c.n_layers || cfg.n_kv_heads != m->c.n_kv_heads ||
 	    cfg.head_dim != m->head_size ||
+	    cfg.max_ctx < (size_t)m->c.seq_len ||
 	    sb_kv_len(kv) > (size_t)m->c.seq_len)
 		return fail(err, -EBADMSG);
+	/* This runner's layers attend to everything: no sliding window. */
+	for (int l = 0; cfg.window && l < cfg.n_layers; l++)
+		if (cfg.window[l])
+			return fail(err, -EBADMSG);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return fail(err, -ENOMEM);

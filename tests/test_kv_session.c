@@ -16,6 +16,7 @@
 #define L 4
 
 static char dir[64];
+static int err_unused;
 
 /* Byte j of row p of region g, from the token at p (so that a cache that
  * hands out the wrong prefix is seen). */
@@ -275,6 +276,89 @@ static void bad_files(void)
 	VERIFY(p);
 	sb_pool_destroy(p);
 	printf("damaged and truncated files: -EBADMSG\n");
+}
+
+uint32_t sbi_crc32c(const void *p, size_t len);
+
+/* A file edited by hand, its checksums recomputed (lib/kv_save.c's
+ * layout: the header's len at 64, its table CRC at 112 and own CRC at
+ * 116; the table at 4096: start[] first, then the regions). */
+static int restore_edited(struct sb_pool *p, const char *good,
+			  const char *bad, void (*edit)(char *f, size_t n))
+{
+	static char f[1 << 22];
+	uint64_t table_len;
+	uint32_t crc;
+	size_t n;
+	FILE *in = fopen(good, "rb"), *out;
+	int err = 0;
+	struct sb_kv_seq *s;
+
+	CHECK(in != NULL);
+	n = fread(f, 1, sizeof(f), in);
+	fclose(in);
+	edit(f, n);
+	memcpy(&table_len, f + 88, 8);
+	crc = sbi_crc32c(f + 4096, table_len);
+	memcpy(f + 112, &crc, 4);
+	memset(f + 116, 0, 4);
+	crc = sbi_crc32c(f, 120);
+	memcpy(f + 116, &crc, 4);
+	out = fopen(bad, "wb");
+	CHECK(out && fwrite(f, 1, n, out) == n);
+	fclose(out);
+	s = sb_kv_restore(p, bad, &err);
+	if (s) {
+		sb_kv_destroy(s);
+		return 0;
+	}
+	return err;
+}
+
+static void edit_start(char *f, size_t n)
+{
+	(void)n;
+	memset(f + 4096 + 8, 0, 8);	/* start[1]: 200 -> 0 */
+}
+
+static void edit_len(char *f, size_t n)
+{
+	uint64_t len = 1000;	/* the images hold 300 rows */
+
+	(void)n;
+	memcpy(f + 64, &len, 8);
+	memset(f + 4096 + 8, 0, 8);
+	len = 900;
+	memcpy(f + 4096 + 8, &len, 8);	/* a start the window allows */
+}
+
+static void edit_region(char *f, size_t n)
+{
+	(void)n;
+	memset(f + 4096 + L * 8, 0, 16);	/* region 0: no image */
+}
+
+static void edited(void)
+{
+	static const int win[L] = {0, 100, 0, 0};
+	struct sb_kv_config cfg = config(SB_KV_F16, win, 0);
+	struct sb_pool *p = make_pool(PAGE, 4 * MiB, 0);
+	struct sb_kv_seq *s = sb_kv_create(p, &cfg, &err_unused);
+	char good[128], bad[128];
+
+	snprintf(good, sizeof(good), "%s/edit-good.kv", dir);
+	snprintf(bad, sizeof(bad), "%s/edit-bad.kv", dir);
+	grow(s, NULL, 300);
+	CHECK_EQ(sb_kv_save(s, good, NULL, 0), 0);
+	sb_kv_destroy(s);
+	/* Consistent with the file but not with what it holds: refused,
+	 * never rows that read as zeros. */
+	CHECK_EQ(restore_edited(p, good, bad, edit_start), -EBADMSG);
+	CHECK_EQ(restore_edited(p, good, bad, edit_len), -EBADMSG);
+	CHECK_EQ(restore_edited(p, good, bad, edit_region), -EBADMSG);
+	VERIFY(p);
+	sb_pool_destroy(p);
+	printf("edited files (checksums recomputed): -EBADMSG\n");
 }
 
 /* A damaged page: the touch that reads it gets SIGBUS, never zeros. */
@@ -689,6 +773,36 @@ static void cache_window(void)
 	CHECK_EQ(hit, 0);
 	sb_kv_destroy(g);
 	sb_kv_destroy(s);
+	/* Blocks stored with holes (from a sequence that had slid past
+	 * them) are never a hit's window, and a later put from a sequence
+	 * that holds them fills them in: the hit then reads real rows, not
+	 * zeros (found by an adversarial run). */
+	{
+		int32_t u[600];
+		struct sb_kv_seq *a, *b;
+
+		for (int i = 0; i < 600; i++)
+			u[i] = 9 * i + 4;
+		a = sb_kv_create(p, &cfg, &err);
+		grow(a, u, 400);	/* layer 1 holds [300, 400) */
+		CHECK_EQ(sb_kv_cache_put(c, a, u, 320), 5 * B);
+		sb_kv_destroy(a);
+		g = get(c, u, 320, &hit);
+		CHECK_EQ(hit, 0);	/* its window [220, 320) was released */
+		sb_kv_destroy(g);
+		g = get(c, u, 192, &hit);
+		CHECK_EQ(hit, 0);	/* [92, 192) lies in holes */
+		sb_kv_destroy(g);
+		b = sb_kv_create(p, &cfg, &err);
+		grow(b, u, 192);	/* layer 1 holds [92, 192) */
+		CHECK_EQ(sb_kv_cache_put(c, b, u, 192), 3 * B);
+		sb_kv_destroy(b);
+		g = get(c, u, 192, &hit);
+		CHECK_EQ(hit, 3 * B);
+		CHECK_EQ(sb_kv_start(g, 1), 92);
+		CHECK(rows_ok(g, u, hit));
+		sb_kv_destroy(g);
+	}
 	sb_kv_cache_destroy(c);
 	VERIFY(p);
 	sb_pool_destroy(p);
@@ -816,6 +930,7 @@ static int main_test(void)
 	roundtrip(SB_KV_F16, SB_KV_EVICTABLE);
 	roundtrip(SB_KV_BF16, 0);
 	bad_files();
+	edited();
 	damaged_data();
 	other_process();
 	evict_resume();
