@@ -43,4 +43,25 @@ static inline double median(double *v, int n)
 	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* The process's RSS and PSS (KiB), from one read of smaps_rollup: RSS
+ * counts a page once per mapping that shows it, PSS divides shared pages
+ * between their holders. */
+static inline void bench_rollup_kib(long *rss, long *pss)
+{
+	char line[256];
+	long v;
+	FILE *f = fopen("/proc/self/smaps_rollup", "r");
+
+	*rss = *pss = -1;
+	while (f && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "Rss: %ld", &v) == 1)
+			*rss = v;
+		else if (sscanf(line, "Pss: %ld", &v) == 1)
+			*pss = v;
+	}
+	if (f)
+		fclose(f);
+}
+
+
 #endif /* SPARSEBUF_BENCH_H */

@@ -456,26 +456,6 @@ static void affinity(bool cpu0)
 	sched_setaffinity(0, sizeof(cpu_set_t), cpu0 ? &one : &all);
 }
 
-/* The process's RSS and PSS (KiB), from one read of smaps_rollup: RSS
- * counts a page once per mapping that shows it, PSS divides shared pages
- * between their holders. */
-static void rollup_kib(long *rss, long *pss)
-{
-	char line[256];
-	long v;
-	FILE *f = fopen("/proc/self/smaps_rollup", "r");
-
-	*rss = *pss = -1;
-	while (f && fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "Rss: %ld", &v) == 1)
-			*rss = v;
-		else if (sscanf(line, "Pss: %ld", &v) == 1)
-			*pss = v;
-	}
-	if (f)
-		fclose(f);
-}
-
 /* Lines of /proc/self/maps inside [lo, lo + len). */
 static long maps_in(const void *lo, size_t len)
 {
@@ -822,7 +802,7 @@ static void run(int id)
 	if (!r->stall || !r->cause || !r->mem_mib || !sorted)
 		abort();
 	last_prepare = 0;	/* not the previous strategy's */
-	rollup_kib(&rss0, &pss0);
+	bench_rollup_kib(&rss0, &pss0);
 	/* The strategy's threads (a pool's) start with every CPU; then the
 	 * decoding thread goes to CPU 0 (see the top comment). */
 	affinity(false);
@@ -892,7 +872,7 @@ static void run(int id)
 			r->committed[c] = id ? strat_committed(&s, t + 1) : 0;
 			if (s.pool && sb_pool_stats(s.pool, &st) == 0)
 				r->resident[c] = st.bytes_resident;
-			rollup_kib(&rss, &pss);
+			bench_rollup_kib(&rss, &pss);
 			r->rss_kib[c] = rss - rss0;
 			r->pss_kib[c] = pss - pss0;
 		}

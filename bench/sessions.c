@@ -182,26 +182,6 @@ static double med_of(struct times *t)
 	return median(t->v, t->n);
 }
 
-/* The process's RSS and PSS (KiB) from smaps_rollup: RSS counts a page
- * once per mapping that shows it (a shared prompt page once per
- * conversation), PSS divides it between them (once in all). */
-static void rollup_kib(long *rss, long *pss)
-{
-	char line[256];
-	long v;
-	FILE *f = fopen("/proc/self/smaps_rollup", "r");
-
-	*rss = *pss = 0;
-	while (f && fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "Rss: %ld", &v) == 1)
-			*rss = v;
-		else if (sscanf(line, "Pss: %ld", &v) == 1)
-			*pss = v;
-	}
-	if (f)
-		fclose(f);
-}
-
 /* ---- a: recompute, dense ------------------------------------------------------------ */
 
 struct dense {
@@ -448,7 +428,7 @@ static int run_sparsebuf(struct times *first, struct times *later,
 	double t0;
 	int err;
 
-	rollup_kib(&rss0, &pss0);
+	bench_rollup_kib(&rss0, &pss0);
 	sb_pool_opts_init(&o);
 	o.max_bytes = budget;
 	o.spill_dir = dir;
@@ -529,7 +509,7 @@ static int run_sparsebuf(struct times *first, struct times *later,
 	sb_pool_stats(pool, &s1);
 	res->in_use = s1.pages_used * s1.page_size;
 	res->resident = s1.bytes_resident;
-	rollup_kib(&rss1, &pss1);
+	bench_rollup_kib(&rss1, &pss1);
 	res->rss_kib = rss1 - rss0;
 	res->pss_kib = pss1 - pss0;
 	res->rd = s1.bytes_read - s0.bytes_read;

@@ -149,6 +149,28 @@ static struct block *find(struct sb_kv_cache *c, uint64_t key,
 	return NULL;
 }
 
+/* The cached blocks of tokens' first nb blocks, in chain (as many as
+ * match, returned), each marked used by this call. */
+static size_t match(struct sb_kv_cache *c, const int32_t *tokens, size_t nb,
+		    struct block **chain)
+{
+	struct block *parent = NULL;
+	uint64_t key = c->root;
+	size_t i;
+
+	for (i = 0; i < nb; i++) {
+		struct block *b;
+
+		key = block_key(key, tokens + i * c->B, c->B);
+		b = find(c, key, parent, tokens + i * c->B);
+		if (!b)
+			break;
+		b->last_use = c->tick;
+		chain[i] = parent = b;
+	}
+	return i;
+}
+
 /* ---- slots and pages ------------------------------------------------------------ */
 
 /* Pages of the block's slot only the cache holds, over every region. */
@@ -574,7 +596,6 @@ SB_API long sb_kv_cache_put(struct sb_kv_cache *c, struct sb_kv_seq *s,
 			    const int32_t *tokens, size_t n)
 {
 	struct block **chain = NULL;
-	struct block *parent = NULL;
 	uint64_t key;
 	size_t nb, i, fresh;
 	long r = 0;
@@ -593,20 +614,12 @@ SB_API long sb_kv_cache_put(struct sb_kv_cache *c, struct sb_kv_seq *s,
 		return -ENOMEM;
 	pthread_mutex_lock(&c->lock);
 	c->tick++;
-	key = c->root;
-	/* The blocks already cached. */
-	for (i = 0; i < nb; i++) {
-		struct block *b;
-
-		key = block_key(key, tokens + i * c->B, c->B);
-		b = find(c, key, parent, tokens + i * c->B);
-		if (!b)
-			break;
-		b->last_use = c->tick;
-		chain[i] = parent = b;
-		if (!b->complete && block_held(c, s, i))
-			complete_block(c, s, b, i);
-	}
+	/* The blocks already cached; those stored with holes that this
+	 * sequence holds are filled in. */
+	i = match(c, tokens, nb, chain);
+	for (size_t k = 0; k < i; k++)
+		if (!chain[k]->complete && block_held(c, s, k))
+			complete_block(c, s, chain[k], k);
 	/* The rest, new: a slot each, then their pages shared in. */
 	for (fresh = i; i < nb; i++) {
 		struct block *b = calloc(1, sizeof(*b));
@@ -664,9 +677,7 @@ SB_API struct sb_kv_seq *sb_kv_cache_get(struct sb_kv_cache *c,
 					 size_t *hit, int *err)
 {
 	struct block **chain = NULL;
-	struct block *parent = NULL;
 	struct sb_kv_seq *s;
-	uint64_t key;
 	size_t nb, i, end = 0;
 	long r;
 	int e;
@@ -687,17 +698,7 @@ SB_API struct sb_kv_seq *sb_kv_cache_get(struct sb_kv_cache *c,
 	}
 	pthread_mutex_lock(&c->lock);
 	c->tick++;
-	key = c->root;
-	for (i = 0; i < nb; i++) {
-		struct block *b;
-
-		key = block_key(key, tokens + i * c->B, c->B);
-		b = find(c, key, parent, tokens + i * c->B);
-		if (!b)
-			break;
-		b->last_use = c->tick;
-		chain[i] = parent = b;
-	}
+	i = match(c, tokens, nb, chain);
 	/* The longest end whose window holds no hole. */
 	for (end = i; end > 0; end--) {
 		size_t pos = end * c->B, w = max_window(c->proto), j;
