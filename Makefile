@@ -72,6 +72,7 @@ EXTRA_ALL :=
 include common/common.mk
 include kernels/kernels.mk
 include flash/flash.mk
+include daemon/daemon.mk
 include tests/fuzz/fuzz.mk
 
 # Dependencies first, then a sub-make: under make -j nothing compiles

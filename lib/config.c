@@ -146,6 +146,58 @@ static void env_threads(void)
 	env_fault_threads = (int)v;
 }
 
+/* ---- sparsebufd -------------------------------------------------------- */
+
+static const char *env_daemon;		/* SPARSEBUF_DAEMON: its socket */
+static bool env_daemon_fail;		/* SPARSEBUF_DAEMON_FALLBACK=fail */
+static int env_daemon_wait_ms = 5000;	/* SPARSEBUF_DAEMON_WAIT_MS */
+
+static void env_daemon_vars(void)
+{
+	const char *s = getenv("SPARSEBUF_DAEMON");
+	char *end;
+	long v;
+
+	if (s && *s)
+		env_daemon = s;
+	s = getenv("SPARSEBUF_DAEMON_FALLBACK");
+	if (s && *s) {
+		if (strcmp(s, "fail") == 0) {
+			env_daemon_fail = true;
+		} else if (strcmp(s, "local") != 0) {
+			sbi_err("SPARSEBUF_DAEMON_FALLBACK=\"%s\": expected "
+				"local or fail", s);
+			env_error = -EINVAL;
+		}
+	}
+	s = getenv("SPARSEBUF_DAEMON_WAIT_MS");
+	if (s && *s) {
+		v = strtol(s, &end, 10);
+		if (*end || v < 0 || v > 3600 * 1000) {
+			sbi_err("SPARSEBUF_DAEMON_WAIT_MS=\"%s\": expected 0 to "
+				"3600000", s);
+			env_error = -EINVAL;
+		} else {
+			env_daemon_wait_ms = (int)v;
+		}
+	}
+}
+
+const char *sbi_env_daemon(void)
+{
+	return env_daemon;
+}
+
+bool sbi_env_daemon_fail(void)
+{
+	return env_daemon_fail;
+}
+
+int sbi_env_daemon_wait_ms(void)
+{
+	return env_daemon_wait_ms;
+}
+
 bool sbi_env_recycle(void)
 {
 	const char *s = getenv("SPARSEBUF_RECYCLE");
@@ -166,6 +218,7 @@ __attribute__((constructor)) static void sparsebuf_init_env(void)
 	env_size("SPARSEBUF_MAX_BYTES", &env_opts.max_bytes);
 	env_numa();
 	env_threads();
+	env_daemon_vars();
 	if (!env_error) {
 		const char *why = sbi_opts_check(&env_opts);
 

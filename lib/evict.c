@@ -574,6 +574,25 @@ static size_t renote_orphans(struct sb_pool *pool, struct sb_buf *held,
 	return found;
 }
 
+size_t sbi_evict_some(struct sb_pool *pool, size_t want)
+{
+	size_t done = 0;
+
+	for (int round = 0; done < want && round < 64; round++) {
+		struct evict_round rd = {0};
+
+		if (!atomic_load(&pool->n_evictable))
+			break;
+		evict_cold(pool, want - done, NULL, false, &rd);
+		done += rd.done;
+		if (!rd.done && (rd.failed || !rd.busy))
+			break;
+		if (!rd.done)
+			usleep(200);
+	}
+	return done;
+}
+
 static uint64_t now_ms(void)
 {
 	struct timespec ts;
@@ -598,8 +617,10 @@ int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 	bool renoted = false;
 	int r;
 
-	if (batch > pool->max_pages / 16)
-		batch = pool->max_pages / 16;
+	size_t max_pages = __atomic_load_n(&pool->max_pages, __ATOMIC_RELAXED);
+
+	if (batch > max_pages / 16)
+		batch = max_pages / 16;
 	if (batch < 1)
 		batch = 1;
 	for (;;) {
@@ -610,7 +631,17 @@ int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 		r = sbi_pool_alloc(pool, buf, hint1, n, out, flags);
 		if (r != -EDQUOT)
 			return r;	/* a page, or the kernel said no */
-		if (!atomic_load(&pool->n_evictable) || n > pool->max_pages)
+		if (pool->client) {
+			/* A daemon's client: more lease first (lease.c). */
+			r = sbi_lease_more(pool, n,
+					   flags & SBI_ALLOC_NOWAIT);
+			if (r > 0)
+				continue;
+			if (r < 0)
+				return r;
+		}
+		if (!atomic_load(&pool->n_evictable) ||
+		    n > __atomic_load_n(&pool->max_pages, __ATOMIC_RELAXED))
 			return -ENOMEM;
 		evict_cold(pool, n > batch ? n : batch, held, reg_held, &rd);
 		if (rd.done) {

@@ -115,6 +115,11 @@ void sbi_env_opts(struct sb_pool_opts *opts);
 int sbi_env_error(void);
 /* SPARSEBUF_FAULT_THREADS: handler threads per pool (0 = one per CPU). */
 int sbi_env_fault_threads(void);
+/* SPARSEBUF_DAEMON (NULL when unset), SPARSEBUF_DAEMON_FALLBACK=fail,
+ * SPARSEBUF_DAEMON_WAIT_MS (default 5000). */
+const char *sbi_env_daemon(void);
+bool sbi_env_daemon_fail(void);
+int sbi_env_daemon_wait_ms(void);
 /* SPARSEBUF_RECYCLE: false when set to 0 (read at each pool's creation). */
 bool sbi_env_recycle(void);
 /* NULL if the options are valid, else why not. */
@@ -195,8 +200,53 @@ struct sbi_page_source {
 	void *ctx;
 };
 
-/* The process's own memfds (the only source before the daemon). */
+/* The process's own memfds. */
 struct sbi_page_source sbi_memfd_source(void);
+struct sbi_dclient;
+/* Heaps from sparsebufd through c, the process's own memfds while it is
+ * away (a heap is address space; memory is what the lease counts). */
+struct sbi_page_source sbi_daemon_source(struct sbi_dclient *c);
+
+/* ---- dclient.c: a client pool's connection to sparsebufd ----------------*/
+
+/* What the connection needs from the pool above it (called on the
+ * connection's reader thread, with no lock of the connection held). */
+struct sbi_dclient_cbs {
+	void *arg;
+	/* Bytes the pool holds now: told to a new daemon on reconnection. */
+	uint64_t (*held)(void *arg);
+	/* The daemon wants this many bytes back (answer with SBD_RETURN). */
+	void (*reclaim)(void *arg, uint64_t bytes);
+	/* The connection was lost, or made again. */
+	void (*lost)(void *arg);
+	void (*reconnected)(void *arg);
+};
+
+/* Connect to the daemon at path and say HELLO: the connection, or NULL
+ * with *err (-ENOENT, -ECONNREFUSED: no daemon; -EACCES; -EPROTO). */
+struct sbi_dclient *sbi_dclient_open(const char *path, size_t page_size,
+				     int *err);
+/* Start its reader thread (replies, reclaims, reconnection). */
+int sbi_dclient_start(struct sbi_dclient *c, const struct sbi_dclient_cbs *cbs);
+void sbi_dclient_close(struct sbi_dclient *c);
+/* In a fork()ed child: close the descriptors, touch no lock. */
+void sbi_dclient_fork_child(struct sbi_dclient *c);
+bool sbi_dclient_connected(struct sbi_dclient *c);
+const char *sbi_dclient_path(const struct sbi_dclient *c);
+/* Ask for at least min, at most want more bytes; waits up to wait_ms for
+ * an answer, through a daemon restart. 0 with *granted, -ENOMEM (refused:
+ * nothing anywhere could be freed), -ENOTCONN or -ETIMEDOUT (no daemon). */
+int sbi_dclient_lease(struct sbi_dclient *c, uint64_t min, uint64_t want,
+		      uint64_t resident, uint64_t used, int wait_ms,
+		      uint64_t *granted);
+/* A message that wants no reply (SBD_RETURN, SBD_REPORT); dropped when
+ * there is no daemon. */
+void sbi_dclient_tell(struct sbi_dclient *c, unsigned type, uint64_t a,
+		      uint64_t b, uint64_t resident, uint64_t used);
+/* A heap file of bytes from the daemon: its descriptor, or -errno. */
+int sbi_dclient_heap(struct sbi_dclient *c, uint64_t bytes, int wait_ms);
+/* The heap file fd is given back (every page punched). */
+void sbi_dclient_heap_free(struct sbi_dclient *c, int fd);
 
 /* ---- heap.c -------------------------------------------------------------------*/
 
@@ -349,6 +399,14 @@ struct sb_pool {
 	char *spill_dir;		/* opts.spill_dir, copied */
 	_Atomic uint64_t n_pages_in, n_pages_out, n_bytes_read,
 		n_bytes_written, n_io_errors, n_dropped;
+
+	/* sparsebufd (lease.c, lease_serve.c): NULL for a local pool. A
+	 * client pool's max_pages is its lease, changed under pool->lock
+	 * (atomically: some readers hold no lock). */
+	struct sbi_dclient *client;
+	size_t ceiling_pages;	/* opts.max_bytes; SIZE_MAX: none */
+	bool daemon_local;	/* pool->lock: no daemon, fallback local */
+	struct sbi_lease *lease;
 
 	struct sb_pool *next_pool;	/* global list, for fork handling */
 };
@@ -557,6 +615,29 @@ int sbi_struct_out(void *theirs, size_t size, const void *ours, size_t known,
 /* For tests: 0 if every counter and reference agrees, else -EUCLEAN with
  * the first disagreement described in why. */
 int sbi_pool_verify(struct sb_pool *pool, char *why, size_t len);
+
+/* ---- lease.c, lease_serve.c: a client pool's lease from sparsebufd --------*/
+
+/* At the budget (-EDQUOT), before evicting: ask the daemon for more lease
+ * (enough for n more pages). 1: max_pages was raised, try again; 0: no
+ * lease (a local pool, the ceiling, or the machine's budget is full and
+ * nothing elsewhere could be freed): evict locally; -ENOMEM: no daemon and
+ * SPARSEBUF_DAEMON_FALLBACK=fail. nowait: not while the daemon is away.
+ * No pool lock held. */
+int sbi_lease_more(struct sb_pool *pool, size_t n, bool nowait);
+/* Give back the lease beyond resident + keep pages. Returns pages. */
+size_t sbi_lease_give_back(struct sb_pool *pool, size_t keep, bool reclaim);
+/* Become a client of c (the pool's source is c's): start the lease
+ * thread. 0 or -errno. */
+int sbi_lease_start(struct sb_pool *pool, struct sbi_dclient *c);
+/* Stop the lease thread (sb_pool_destroy, before the buffers go). */
+void sbi_lease_stop(struct sb_pool *pool);
+/* Close the connection (the daemon takes the whole lease back) and free
+ * the lease: after the heaps are gone. */
+void sbi_lease_close(struct sb_pool *pool);
+/* Evict up to want cold pages of evictable buffers (a reclaim from the
+ * daemon). Returns pages written out. No lock held. */
+size_t sbi_evict_some(struct sb_pool *pool, size_t want);
 
 /* ---- ready.c: the reserve of zeroed pages ----------------------------------*/
 

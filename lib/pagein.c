@@ -326,9 +326,15 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 		size_t lo = RA_MIN_BYTES >> pool->page_shift;
 		size_t hi = RA_MAX_BYTES >> pool->page_shift;
 
-		/* Never more than a quarter of the budget ahead. */
-		if (pool->max_pages != SIZE_MAX && hi > pool->max_pages / 4)
-			hi = pool->max_pages / 4;
+		/* Never more than a quarter of the budget ahead (a
+		 * daemon's client: of its ceiling, its lease grows). */
+		size_t budget = pool->client
+					? pool->ceiling_pages
+					: __atomic_load_n(&pool->max_pages,
+							  __ATOMIC_RELAXED);
+
+		if (budget != SIZE_MAX && hi > budget / 4)
+			hi = budget / 4;
 		if (lo < 1)
 			lo = 1;
 		if (hi < lo)

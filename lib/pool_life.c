@@ -48,6 +48,12 @@ static int start_threads(struct sb_pool *pool)
 
 static void free_pool(struct sb_pool *pool)
 {
+	if (pool->lease) {
+		sbi_lease_stop(pool);
+		sbi_lease_close(pool);	/* and the connection */
+	} else {
+		sbi_dclient_close(pool->client);
+	}
 	sbi_stat_close(pool);
 	if (pool->uffd >= 0)
 		close(pool->uffd);
@@ -75,6 +81,15 @@ static void free_pool(struct sb_pool *pool)
 
 static _Atomic unsigned next_pool_id;
 
+static struct sb_pool *fail_client(struct sbi_dclient *client, int *err,
+				   int e)
+{
+	sbi_dclient_close(client);
+	if (err)
+		*err = e;
+	return NULL;
+}
+
 static struct sb_pool *fail(int *err, int e)
 {
 	if (err)
@@ -83,7 +98,7 @@ static struct sb_pool *fail(int *err, int e)
 }
 
 static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
-				   int *err);
+				   struct sbi_dclient *client, int *err);
 static const struct sbi_fork_hooks default_hooks;
 static void default_forget(struct sb_pool *pool);
 
@@ -98,7 +113,7 @@ SB_API struct sb_pool *sb_pool_create_sz(const struct sb_pool_opts *opts,
 	r = sbi_struct_in(&o, sizeof(o), opts, size, SBI_SIZE_POOL_OPTS_0_1);
 	if (r < 0)
 		return fail(err, r);
-	return pool_create(&o, err);
+	return pool_create(&o, NULL, err);
 }
 
 SB_API struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts,
@@ -107,8 +122,32 @@ SB_API struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts,
 	return sb_pool_create_sz(opts, SBI_SIZE_POOL_OPTS_0_1, err);
 }
 
+SB_API struct sb_pool *sb_pool_connect_sz(const char *path,
+					  const struct sb_pool_opts *opts,
+					  size_t size, int *err)
+{
+	struct sbi_dclient *c;
+	struct sb_pool_opts o;
+	int r;
+
+	if (!opts || !path)
+		return fail(err, -EINVAL);
+	r = sbi_struct_in(&o, sizeof(o), opts, size, SBI_SIZE_POOL_OPTS_0_1);
+	if (r < 0)
+		return fail(err, r);
+	if (sbi_opts_check(&o))
+		return pool_create(&o, NULL, err);	/* says why */
+	c = sbi_dclient_open(path, o.page_size, &r);
+	if (!c) {
+		sbi_info("sb_pool_connect: sparsebufd at %s: %s", path,
+			 strerror(-r));
+		return fail(err, r);
+	}
+	return pool_create(&o, c, err);	/* owns c now */
+}
+
 static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
-				   int *err)
+				   struct sbi_dclient *client, int *err)
 {
 	const struct sb_features *f = sbi_features();
 	struct sb_pool *pool;
@@ -117,26 +156,28 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	int r;
 
 	if (!opts)
-		return fail(err, -EINVAL);
+		return fail_client(client, err, -EINVAL);
 	why = sbi_opts_check(opts);
 	if (why) {
 		sbi_info("sb_pool_create: %s", why);
-		return fail(err, -EINVAL);
+		return fail_client(client, err, -EINVAL);
 	}
 	if (check_numa(opts->numa_node) < 0) {
 		sbi_info("sb_pool_create: NUMA node %d does not exist",
 			 opts->numa_node);
-		return fail(err, -EINVAL);
+		return fail_client(client, err, -EINVAL);
 	}
 	if (f->uffd_mode == SB_UFFD_NONE) {
 		sbi_err("userfaultfd is unavailable (%s); run sparsebuf-info",
 			strerror(-f->uffd_error));
-		return fail(err, f->uffd_error ? f->uffd_error : -ENOSYS);
+		return fail_client(client, err,
+				   f->uffd_error ? f->uffd_error : -ENOSYS);
 	}
 	pool = calloc(1, sizeof(*pool));
 	if (!pool)
-		return fail(err, -ENOMEM);
+		return fail_client(client, err, -ENOMEM);
 	pool->uffd = pool->uffd_sigbus = pool->quit_fd = -1;
+	pool->client = client;	/* closed by free_pool from here on */
 	pool->id = atomic_fetch_add(&next_pool_id, 1) + 1;
 	sbi_stat_open(pool);
 	pool->page_size = opts->page_size;
@@ -144,11 +185,17 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	pool->page_shift = (uint32_t)__builtin_ctzl(opts->page_size);
 	pool->pages_per_heap = (uint32_t)(opts->heap_size / opts->page_size);
 	/* The pages come from the page source; so does the budget. */
-	pool->source = sbi_memfd_source();
+	pool->source = client ? sbi_daemon_source(client) : sbi_memfd_source();
 	pool->max_bytes =
 		pool->source.ops->budget(pool->source.ctx, opts->max_bytes);
 	pool->max_pages =
 		pool->max_bytes ? pool->max_bytes >> pool->page_shift : SIZE_MAX;
+	if (client) {
+		/* The budget is the lease (lease.c), within the ceiling. */
+		pool->ceiling_pages = pool->max_pages;
+		pool->max_pages = 0;
+		pool->max_bytes = 0;
+	}
 	pool->numa_node = opts->numa_node;
 	pool->can_wp = f->wp_shmem;
 	pool->can_poison = f->poison;
@@ -221,6 +268,8 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 		r = -errno;
 		goto out;
 	}
+	if (client && (r = sbi_lease_start(pool, client)) < 0)
+		goto out;
 	r = start_threads(pool);
 	if (r < 0)
 		goto out;
@@ -243,6 +292,7 @@ SB_API void sb_pool_destroy(struct sb_pool *pool)
 	}
 	sbi_process_remove_pool(pool);
 	default_forget(pool);
+	sbi_lease_stop(pool);	/* no reclaim while the buffers go */
 	for (;;) {
 		struct sb_buf *buf = NULL;
 
@@ -407,6 +457,23 @@ static void make_default(void)
 		return;
 	}
 	sbi_env_opts(&opts);
+	if (sbi_env_daemon()) {
+		/* SPARSEBUF_DAEMON: a client of sparsebufd. No daemon now:
+		 * SPARSEBUF_DAEMON_FALLBACK says whether to run alone. */
+		default_pool = sb_pool_connect_sz(sbi_env_daemon(), &opts,
+						  sizeof(opts), &err);
+		if (default_pool || sbi_env_daemon_fail() || err == -EINVAL) {
+			default_err = default_pool ? 0 : err;
+			if (!default_pool)
+				sbi_err("the default pool is unavailable: "
+					"sparsebufd at %s: %s",
+					sbi_env_daemon(), strerror(-err));
+			return;
+		}
+		sbi_warn("no sparsebufd at %s (%s): the default pool runs on "
+			 "its own budget (SPARSEBUF_DAEMON_FALLBACK=local)",
+			 sbi_env_daemon(), strerror(-err));
+	}
 	default_pool = sb_pool_create(&opts, &err);
 	default_err = default_pool ? 0 : err;
 	if (!default_pool)

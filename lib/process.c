@@ -85,6 +85,8 @@ static void fork_child(void)
 		for (uint32_t s = 0; s < p->heap_hi; s++)
 			if (p->heaps[s])
 				close(p->heaps[s]->fd);
+		if (p->client)
+			sbi_dclient_fork_child(p->client);
 	}
 	pools = NULL;
 	pthread_mutex_init(&pools_lock, NULL);

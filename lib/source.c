@@ -7,11 +7,11 @@
  * Buffers, faults, eviction and the disk tier see only heaps and pages,
  * never the source.
  *
- * Today one source: the process's own memfds, the budget being the pool's
- * max_bytes. The next (issue 15) leases heaps from sparsebufd, which owns
- * one budget for every process on the machine and passes the memfds over
- * a UNIX socket (hence files, sealed against resizing: a descriptor that
- * crossed a socket must keep its size).
+ * Two sources: the process's own memfds, the budget being the pool's
+ * max_bytes; and sparsebufd (dclient.c), which owns one budget for every
+ * process on the machine and passes memfds over a UNIX socket (hence
+ * files, sealed against resizing: a descriptor that crossed a socket must
+ * keep its size). A client pool's budget is its lease (lease.c).
  */
 #include "internal.h"
 
@@ -73,4 +73,47 @@ static const struct sbi_page_source_ops memfd_ops = {
 struct sbi_page_source sbi_memfd_source(void)
 {
 	return (struct sbi_page_source){&memfd_ops, NULL};
+}
+
+/* ---- heaps from sparsebufd ------------------------------------------------ */
+
+/* How long a heap request waits for a daemon that is away before the pool
+ * makes the heap itself: a heap is address space, and the budget is held
+ * by the lease (lease.c), not by where heap files come from. */
+#define DAEMON_HEAP_WAIT_MS 2000
+
+static int daemon_heap_fd(void *ctx, size_t bytes)
+{
+	struct sbi_dclient *c = ctx;
+	int fd = -ENOTCONN;
+
+	if (sbi_dclient_connected(c))
+		fd = sbi_dclient_heap(c, bytes, DAEMON_HEAP_WAIT_MS);
+	if (fd == -ENOTCONN || fd == -ETIMEDOUT)
+		fd = memfd_heap_fd(NULL, bytes);
+	return fd;
+}
+
+static void daemon_heap_release(void *ctx, int fd, size_t bytes)
+{
+	memfd_heap_release(NULL, fd, bytes);
+	sbi_dclient_heap_free(ctx, fd);
+}
+
+static size_t daemon_budget(void *ctx, size_t asked)
+{
+	(void)ctx;
+	return asked;	/* a ceiling; the lease is what the pool may hold */
+}
+
+static const struct sbi_page_source_ops daemon_ops = {
+	.name = "sparsebufd",
+	.heap_fd = daemon_heap_fd,
+	.heap_release = daemon_heap_release,
+	.budget = daemon_budget,
+};
+
+struct sbi_page_source sbi_daemon_source(struct sbi_dclient *c)
+{
+	return (struct sbi_page_source){&daemon_ops, c};
 }

@@ -24,9 +24,9 @@ extern "C" {
 #endif
 
 #define SPARSEBUF_VERSION_MAJOR 0
-#define SPARSEBUF_VERSION_MINOR 2
+#define SPARSEBUF_VERSION_MINOR 3
 #define SPARSEBUF_VERSION_PATCH 0
-#define SPARSEBUF_VERSION_STRING "0.2.0"
+#define SPARSEBUF_VERSION_STRING "0.3.0"
 
 /* The library's version at run time ("0.2.0"), and as a number (MAJOR *
  * 10000 + MINOR * 100 + PATCH), to compare with the SPARSEBUF_VERSION_*
@@ -75,6 +75,21 @@ void sb_pool_opts_init_sz(struct sb_pool_opts *opts, size_t opts_size);
  * -ENOMEM, -EMFILE, -ENFILE, -EAGAIN (no thread). */
 struct sb_pool *sb_pool_create_sz(const struct sb_pool_opts *opts,
 				  size_t opts_size, int *err);
+
+/* Create a pool that is a client of sparsebufd listening at path
+ * (docs/daemon.md): its pages count against the daemon's machine-wide
+ * budget, leased ahead in chunks, and when that budget is full the daemon
+ * takes pages back from idle processes (their evictable pages go to disk)
+ * before this pool is refused. opts as for sb_pool_create; max_bytes is
+ * this pool's own ceiling within the machine's budget. Every call works
+ * on it as on a local pool. If the daemon goes away, pages held stay
+ * valid; new pages wait up to SPARSEBUF_DAEMON_WAIT_MS for a daemon, then
+ * follow SPARSEBUF_DAEMON_FALLBACK. Errors: as sb_pool_create, and
+ * -ENOENT or -ECONNREFUSED (no daemon at path), -EACCES (the socket's
+ * permissions), -EPROTO (not a sparsebufd, or another version). */
+struct sb_pool *sb_pool_connect_sz(const char *path,
+				   const struct sb_pool_opts *opts,
+				   size_t opts_size, int *err);
 
 /* Destroy a pool and every buffer still alive in it (their addresses become
  * invalid). NULL is a no-op. */
@@ -330,6 +345,13 @@ static inline struct sb_pool *sb_pool_create(const struct sb_pool_opts *opts,
 					     int *err)
 {
 	return sb_pool_create_sz(opts, sizeof(struct sb_pool_opts), err);
+}
+
+static inline struct sb_pool *sb_pool_connect(const char *path,
+					      const struct sb_pool_opts *opts,
+					      int *err)
+{
+	return sb_pool_connect_sz(path, opts, sizeof(struct sb_pool_opts), err);
 }
 
 static inline int sb_pool_stats(struct sb_pool *pool, struct sb_stats *st)

@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The machine's budget: leases granted while they fit, and, when they do
+ * not, pages taken back from other clients before anyone is refused.
+ *
+ * The invariant: the leases of all clients sum to at most max_bytes (a
+ * client's pages, its ready reserve and its unused lease all count), with
+ * one exception a new daemon inherits: clients that come back after a
+ * restart bring what they hold, and if that is more than the budget, the
+ * daemon asks for the difference at once.
+ *
+ * Whom to ask: first every client's unused lease (free to give), then the
+ * clients that have been idle longest (their cold, evictable pages go to
+ * disk, docs/daemon.md). The client asking is never asked: if nothing
+ * else can be freed it is refused and evicts its own pages. A request
+ * waits at most PARK_MS for the others' answers.
+ */
+#include "server.h"
+
+#include <errno.h>
+
+#define PARK_MS 3000		/* a lease request waits at most this long */
+#define RECLAIM_RETRY_MS 1000	/* ask a client again after this long */
+#define DRY_MS 3000		/* one that had nothing: not asked again */
+
+/* May c be asked for pages now? */
+static bool askable(const struct sbd_client *c,
+		    const struct sbd_client *except, uint64_t now)
+{
+	return c != except && !c->control && c->lease &&
+	       !(c->reclaim_asked && now - c->reclaim_ms < RECLAIM_RETRY_MS) &&
+	       !(c->dry_ms && now - c->dry_ms < DRY_MS);
+}
+
+static uint64_t room(const struct sbd_server *s)
+{
+	return s->used < s->max_bytes ? s->max_bytes - s->used : 0;
+}
+
+/* Grant c what fits of [min, want] now. */
+static bool try_grant(struct sbd_server *s, struct sbd_client *c,
+		      uint32_t seq, uint64_t min, uint64_t want)
+{
+	uint64_t g = room(s);
+
+	if (g < min)
+		return false;
+	if (g > want)
+		g = want;
+	g -= g % c->page_size;
+	if (g < min)
+		g = min;	/* min is whole pages: it fits */
+	c->lease += g;
+	s->used += g;
+	sbd_reply(s, c, seq, 0, g, 0, 0, -1);
+	return true;
+}
+
+/* Ask clients other than except for need bytes. */
+static void reclaim(struct sbd_server *s, struct sbd_client *except,
+		    uint64_t need)
+{
+	uint64_t now = sbd_now_ms(), asked = 0;
+
+	/* What others are already giving counts. */
+	for (struct sbd_client *c = s->clients; c; c = c->next)
+		if (c != except && c->reclaim_asked &&
+		    now - c->reclaim_ms < RECLAIM_RETRY_MS)
+			asked += c->reclaim_asked;
+	if (asked >= need)
+		return;
+	need -= asked;
+	/* Unused lease first: free to give. */
+	for (struct sbd_client *c = s->clients; c && need; c = c->next) {
+		uint64_t slack;
+
+		if (!askable(c, except, now))
+			continue;
+		slack = c->lease > c->resident ? c->lease - c->resident : 0;
+		if (!slack)
+			continue;
+		sbd_send_reclaim(s, c, slack);
+		need = need > slack ? need - slack : 0;
+	}
+	/* Then the idlest clients' pages. */
+	while (need) {
+		struct sbd_client *idlest = NULL;
+
+		for (struct sbd_client *c = s->clients; c; c = c->next) {
+			if (!askable(c, except, now))
+				continue;
+			if (!idlest || c->active_ms < idlest->active_ms)
+				idlest = c;
+		}
+		if (!idlest)
+			break;
+		{
+			uint64_t ask = need < idlest->lease ? need
+							    : idlest->lease;
+
+			ask = (ask + 4095) & ~(uint64_t)4095;
+			sbd_send_reclaim(s, idlest, ask);
+			need = need > ask ? need - ask : 0;
+		}
+	}
+}
+
+/* Is anything still being asked for, that could free pages? */
+static bool reclaim_pending(const struct sbd_server *s,
+			    const struct sbd_client *except)
+{
+	uint64_t now = sbd_now_ms();
+
+	for (const struct sbd_client *c = s->clients; c; c = c->next)
+		if (c != except && c->reclaim_asked &&
+		    now - c->reclaim_ms < RECLAIM_RETRY_MS * 2)
+			return true;
+	return false;
+}
+
+void sbd_budget_lease(struct sbd_server *s, struct sbd_client *c,
+		      uint32_t seq, uint64_t min, uint64_t want)
+{
+	c->active_ms = sbd_now_ms();
+	if (c->parked) {
+		/* One request at a time per client: the old one is stale
+		 * (the client timed out and asked again). */
+		c->parked = false;
+	}
+	if (try_grant(s, c, seq, min, want))
+		return;
+	reclaim(s, c, min - room(s));
+	if (!reclaim_pending(s, c)) {
+		s->refused++;
+		sbd_reply(s, c, seq, -ENOMEM, 0, 0, 0, -1);
+		return;
+	}
+	c->parked = true;
+	c->park_seq = seq;
+	c->park_min = min;
+	c->park_want = want;
+	c->park_ms = sbd_now_ms();
+}
+
+/* Grant parked requests, oldest first, while they fit. */
+static void grant_parked(struct sbd_server *s)
+{
+	for (;;) {
+		struct sbd_client *oldest = NULL;
+
+		for (struct sbd_client *c = s->clients; c; c = c->next)
+			if (c->parked &&
+			    (!oldest || c->park_ms < oldest->park_ms))
+				oldest = c;
+		if (!oldest || !try_grant(s, oldest, oldest->park_seq,
+					  oldest->park_min, oldest->park_want))
+			return;
+		oldest->parked = false;
+	}
+}
+
+void sbd_budget_return(struct sbd_server *s, struct sbd_client *c,
+		       uint64_t bytes, bool answer)
+{
+	c->lease -= bytes;
+	s->used -= bytes;
+	c->reclaim_got += bytes;
+	if (answer) {
+		if (c->reclaim_got < c->reclaim_asked)
+			c->dry_ms = sbd_now_ms();
+		c->reclaim_asked = 0;
+	}
+	grant_parked(s);
+}
+
+void sbd_budget_drop(struct sbd_server *s, struct sbd_client *c)
+{
+	s->used -= c->lease;
+	c->lease = 0;
+	c->parked = false;
+	grant_parked(s);
+}
+
+void sbd_budget_check(struct sbd_server *s)
+{
+	if (s->used > s->max_bytes)
+		reclaim(s, NULL, s->used - s->max_bytes);
+}
+
+void sbd_budget_tick(struct sbd_server *s)
+{
+	uint64_t now = sbd_now_ms();
+
+	grant_parked(s);
+	for (struct sbd_client *c = s->clients; c; c = c->next) {
+		if (!c->parked)
+			continue;
+		if (now - c->park_ms < PARK_MS && !reclaim_pending(s, c) &&
+		    room(s) < c->park_min)
+			reclaim(s, c, c->park_min - room(s));	/* others */
+		if (now - c->park_ms >= PARK_MS || !reclaim_pending(s, c)) {
+			/* Everyone answered, or too slowly: nothing more
+			 * will come. */
+			c->parked = false;
+			s->refused++;
+			sbd_reply(s, c, c->park_seq, -ENOMEM, 0, 0, 0, -1);
+		}
+	}
+	sbd_budget_check(s);
+}

@@ -1,0 +1,441 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sparsebufd's clients: the listening socket, connections, and every
+ * message they send, checked (lib/dproto.c) before it is believed. A
+ * client that sends anything malformed, or something its state does not
+ * allow (a RETURN of more than it holds, a heap that is not its own), is
+ * dropped; the others keep being served.
+ */
+#include "server.h"
+#include "dproto.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U
+#endif
+
+#define MAX_CLIENTS 4096
+#define MAX_HEAPS 65536			/* per client */
+#define MAX_HEAP_BYTES ((uint64_t)1 << 40)
+
+bool sbd_use_syslog;
+
+void sbd_log(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (sbd_use_syslog) {
+		vsyslog(LOG_INFO, fmt, ap);
+	} else {
+		fputs("sparsebufd: ", stderr);
+		vfprintf(stderr, fmt, ap);
+		fputc('\n', stderr);
+	}
+	va_end(ap);
+}
+
+int sbd_reply(struct sbd_server *s, struct sbd_client *c, uint32_t seq,
+	      int64_t err, uint64_t a, uint64_t b, uint64_t cc, int fd)
+{
+	struct sbd_msg m = {.magic = SBD_MAGIC, .type = SBD_REPLY,
+			    .nfds = fd >= 0, .seq = seq, .err = err,
+			    .a = a, .b = b, .c = cc};
+
+	(void)s;
+	return sbd_send(c->fd, &m, NULL, fd);
+}
+
+void sbd_send_reclaim(struct sbd_server *s, struct sbd_client *c,
+		      uint64_t bytes)
+{
+	struct sbd_msg m = {.magic = SBD_MAGIC, .type = SBD_RECLAIM,
+			    .a = bytes};
+
+	if (sbd_send(c->fd, &m, NULL, -1) < 0)
+		return;	/* it is going away: its hang-up comes next */
+	c->reclaim_asked = bytes;
+	c->reclaim_ms = sbd_now_ms();
+	c->reclaim_got = 0;
+	s->reclaims++;
+	if (s->verbose)
+		sbd_log("client %u (pid %d): reclaim %llu KiB", c->id,
+			(int)c->pid, (unsigned long long)(bytes >> 10));
+}
+
+static void drop(struct sbd_server *s, struct sbd_client *c, const char *why)
+{
+	struct sbd_client **pp;
+
+	if (why || s->verbose)
+		sbd_log("client %u (pid %d, uid %u): %s; %llu KiB back to the "
+			"budget", c->id, (int)c->pid, (unsigned)c->uid,
+			why ? why : "gone",
+			(unsigned long long)(c->lease >> 10));
+	sbd_budget_drop(s, c);
+	sbd_loop_del(s->loop, c->fd);
+	close(c->fd);
+	for (pp = &s->clients; *pp; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	s->nclients--;
+	free(c->heaps);
+	free(c);
+}
+
+/* Other users' clients are listed to root and the daemon's user only. */
+static bool may_see(const struct sbd_server *s, const struct sbd_client *who,
+		    const struct sbd_client *c)
+{
+	return who->uid == 0 || who->uid == s->self_uid || who->uid == c->uid;
+}
+
+static void status(struct sbd_server *s, struct sbd_client *who, uint32_t seq)
+{
+	static char buf[SBD_MAX_PAYLOAD];
+	struct sbd_status *st = (struct sbd_status *)buf;
+	struct sbd_client_info *ci = (struct sbd_client_info *)(st + 1);
+	struct sbd_msg m = {.magic = SBD_MAGIC, .type = SBD_REPLY, .seq = seq};
+	uint64_t now = sbd_now_ms();
+	size_t n = 0;
+
+	memset(st, 0, sizeof(*st));
+	st->max_bytes = s->max_bytes;
+	st->bytes_used = s->used;
+	st->page_size = s->page_size;
+	st->uptime_ms = now - s->start_ms;
+	st->reclaims = s->reclaims;
+	st->refused = s->refused;
+	for (struct sbd_client *c = s->clients; c; c = c->next) {
+		if (c->control)
+			continue;
+		st->bytes_resident += c->resident;
+		st->bytes_spilled += c->spilled;
+		if (!may_see(s, who, c) || n == SBD_MAX_CLIENTS_LISTED)
+			continue;
+		ci[n++] = (struct sbd_client_info){
+			.pid = (int32_t)c->pid, .uid = (uint32_t)c->uid,
+			.id = c->id, .page_size = (uint32_t)c->page_size,
+			.bytes = c->lease, .resident = c->resident,
+			.used = c->used, .spilled = c->spilled,
+			.idle_ms = now - c->active_ms,
+		};
+	}
+	st->nclients = n;
+	m.len = (uint32_t)(sizeof(*st) + n * sizeof(*ci));
+	sbd_send(who->fd, &m, buf, -1);
+}
+
+static int make_heap(uint64_t bytes)
+{
+	int fd = memfd_create("sparsebufd-heap",
+			      MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL);
+
+	if (fd < 0 && errno == EINVAL)
+		fd = memfd_create("sparsebufd-heap",
+				  MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)bytes) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+/* A HEAP request: a new memfd, the client's. */
+static void heap(struct sbd_server *s, struct sbd_client *c, uint32_t seq,
+		 uint64_t bytes)
+{
+	int fd;
+
+	if (bytes > MAX_HEAP_BYTES || c->nheaps >= MAX_HEAPS) {
+		sbd_reply(s, c, seq, -E2BIG, 0, 0, 0, -1);
+		return;
+	}
+	if (c->nheaps == c->heap_cap) {
+		size_t cap = c->heap_cap ? 2 * c->heap_cap : 16;
+		struct sbd_heap *h = realloc(c->heaps, cap * sizeof(*h));
+
+		if (!h) {
+			sbd_reply(s, c, seq, -ENOMEM, 0, 0, 0, -1);
+			return;
+		}
+		c->heaps = h;
+		c->heap_cap = cap;
+	}
+	fd = make_heap(bytes);
+	if (fd < 0) {
+		sbd_reply(s, c, seq, fd, 0, 0, 0, -1);
+		return;
+	}
+	if (++s->next_heap_id == 0)
+		s->next_heap_id = 1;
+	c->heaps[c->nheaps++] = (struct sbd_heap){s->next_heap_id, bytes};
+	sbd_reply(s, c, seq, 0, s->next_heap_id, 0, 0, fd);
+	/* The client holds it now. (A later step keeps the daemon's copy,
+	 * for pages shared across processes.) */
+	close(fd);
+}
+
+static bool heap_free(struct sbd_client *c, uint64_t id)
+{
+	for (size_t i = 0; i < c->nheaps; i++)
+		if (c->heaps[i].id == id) {
+			c->heaps[i] = c->heaps[--c->nheaps];
+			return true;
+		}
+	return false;
+}
+
+static void note_usage(struct sbd_client *c, const struct sbd_msg *m)
+{
+	if (m->d > c->used)
+		c->active_ms = sbd_now_ms();
+	c->resident = m->c;
+	c->used = m->d;
+}
+
+/* One message from c; false: drop c (why set). */
+static bool serve(struct sbd_server *s, struct sbd_client *c,
+		  const struct sbd_msg *m, const char **why)
+{
+	if (!c->hello && m->type != SBD_HELLO) {
+		*why = "spoke before HELLO";
+		return false;
+	}
+	switch (m->type) {
+	case SBD_HELLO:
+		if (c->hello) {
+			*why = "a second HELLO";
+			return false;
+		}
+		c->hello = true;
+		c->control = m->d & SBD_HELLO_CONTROL;
+		c->page_size = c->control ? 4096 : m->c;
+		if (!c->control && m->b) {
+			/* Back after a restart, holding pages already. */
+			c->lease = m->b;
+			s->used += m->b;
+			sbd_log("client %u (pid %d): back, holding %llu KiB",
+				c->id, (int)c->pid,
+				(unsigned long long)(m->b >> 10));
+		} else if (s->verbose) {
+			sbd_log("client %u (pid %d, uid %u): %s, %llu KiB "
+				"pages", c->id, (int)c->pid, (unsigned)c->uid,
+				c->control ? "control" : "connected",
+				(unsigned long long)(c->page_size >> 10));
+		}
+		sbd_reply(s, c, m->seq, 0, c->id, s->max_bytes, s->page_size,
+			  -1);
+		sbd_budget_check(s);
+		return true;
+	case SBD_STATUS:
+		status(s, c, m->seq);
+		return true;
+	}
+	if (c->control) {
+		*why = "a control connection asked for pages";
+		return false;
+	}
+	switch (m->type) {
+	case SBD_LEASE:
+		if ((m->a | m->b) % c->page_size) {
+			*why = "a lease of part of a page";
+			return false;
+		}
+		note_usage(c, m);
+		sbd_budget_lease(s, c, m->seq, m->a, m->b);
+		return true;
+	case SBD_RETURN:
+		if (m->a > c->lease) {
+			*why = "returned more than it held";
+			return false;
+		}
+		note_usage(c, m);
+		sbd_budget_return(s, c, m->a, m->b);
+		return true;
+	case SBD_REPORT:
+		note_usage(c, m);
+		c->spilled = m->a;
+		return true;
+	case SBD_HEAP:
+		heap(s, c, m->seq, m->a);
+		return true;
+	case SBD_HEAP_FREE:
+		if (!heap_free(c, m->a)) {
+			*why = "freed a heap that is not its own";
+			return false;
+		}
+		return true;
+	}
+	*why = "a message only the daemon sends";
+	return false;
+}
+
+static void on_client(struct sbd_loop *loop, int fd, void *arg)
+{
+	static char buf[sizeof(struct sbd_msg) + SBD_MAX_PAYLOAD];
+	struct sbd_client *c = arg;
+	struct sbd_server *s = c->srv;
+	const char *why = NULL;
+	struct sbd_msg m;
+	int mfd, r;
+	long n;
+
+	(void)loop;
+	/* A few messages per wake-up, then the others' turn. */
+	for (int k = 0; k < 16; k++) {
+		n = sbd_recv(fd, buf, sizeof(buf), &mfd);
+		if (n == -EAGAIN)
+			return;
+		if (n == 0 || n == -ECONNRESET) {
+			drop(s, c, NULL);
+			return;
+		}
+		if (n < 0) {
+			drop(s, c, n == -EMSGSIZE ? "a message too large"
+						  : "a receive error");
+			return;
+		}
+		/* No client sends descriptors. */
+		if (mfd >= 0)
+			close(mfd);
+		r = sbd_msg_check(buf, (size_t)n, mfd >= 0, false, &m);
+		if (r < 0) {
+			drop(s, c, r == -EPROTO ? "a message it may not send"
+						: "a malformed message");
+			return;
+		}
+		if (!serve(s, c, &m, &why)) {
+			drop(s, c, why);
+			return;
+		}
+	}
+}
+
+static void on_listen(struct sbd_loop *loop, int fd, void *arg)
+{
+	struct sbd_server *s = arg;
+	struct sbd_client *c;
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+	if (cfd < 0)
+		return;	/* EAGAIN, or a client that gave up */
+	if (s->nclients >= MAX_CLIENTS ||
+	    getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+	    !(c = calloc(1, sizeof(*c)))) {
+		close(cfd);
+		return;
+	}
+	c->srv = s;
+	c->fd = cfd;
+	c->pid = cred.pid;
+	c->uid = cred.uid;
+	c->gid = cred.gid;
+	c->id = ++s->next_id ? s->next_id : ++s->next_id;
+	c->active_ms = sbd_now_ms();
+	c->page_size = 4096;
+	if (sbd_loop_add(loop, cfd, on_client, c) < 0) {
+		close(cfd);
+		free(c);
+		return;
+	}
+	c->next = s->clients;
+	s->clients = c;
+	s->nclients++;
+}
+
+/* Is a daemon answering at path? */
+static bool someone_listens(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	bool yes;
+
+	if (fd < 0)
+		return false;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	yes = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return yes;
+}
+
+int sbd_server_listen(struct sbd_server *s)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	const char *lp = getenv("LISTEN_PID"), *lf = getenv("LISTEN_FDS");
+	struct stat st;
+	int fd, r;
+
+	s->start_ms = sbd_now_ms();
+	s->self_uid = geteuid();
+	if (lp && lf && atol(lp) == (long)getpid() && atoi(lf) >= 1) {
+		/* Socket activation (sparsebufd.socket): systemd listens on
+		 * fd 3, and keeps listening while we restart. */
+		fd = 3;
+		fcntl(fd, F_SETFD, FD_CLOEXEC);
+		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+		unsetenv("LISTEN_PID");
+		unsetenv("LISTEN_FDS");
+		unsetenv("LISTEN_FDNAMES");
+	} else {
+		if (strlen(s->socket_path) >= sizeof(sa.sun_path))
+			return -ENAMETOOLONG;
+		memcpy(sa.sun_path, s->socket_path,
+		       strlen(s->socket_path) + 1);
+		if (lstat(s->socket_path, &st) == 0) {
+			if (!S_ISSOCK(st.st_mode))
+				return -EEXIST;	/* not ours to remove */
+			if (someone_listens(s->socket_path))
+				return -EADDRINUSE;
+			unlink(s->socket_path);	/* a dead daemon's */
+		}
+		fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC |
+					     SOCK_NONBLOCK, 0);
+		if (fd < 0)
+			return -errno;
+		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+		    chmod(s->socket_path, 0660) < 0 ||
+		    (s->group != (gid_t)-1 &&
+		     chown(s->socket_path, (uid_t)-1, s->group) < 0) ||
+		    listen(fd, 128) < 0) {
+			r = -errno;
+			close(fd);
+			unlink(s->socket_path);
+			return r;
+		}
+		s->own_socket = true;
+	}
+	s->listen_fd = fd;
+	return sbd_loop_add(s->loop, fd, on_listen, s);
+}
+
+void sbd_server_close(struct sbd_server *s)
+{
+	while (s->clients)
+		drop(s, s->clients, NULL);
+	sbd_loop_del(s->loop, s->listen_fd);
+	close(s->listen_fd);
+	if (s->own_socket)
+		unlink(s->socket_path);
+}

@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT */
+/* sparsebufd's state: the budget, the clients (server.c, budget.c). */
+#ifndef SBD_SERVER_H
+#define SBD_SERVER_H
+
+#include "loop.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct sbd_heap {
+	uint32_t id;
+	uint64_t bytes;
+};
+
+struct sbd_client {
+	struct sbd_client *next;
+	struct sbd_server *srv;
+	int fd;
+	uint32_t id;
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	bool hello;		/* said HELLO */
+	bool control;		/* sparsebufctl: no budget */
+	uint64_t page_size;
+	uint64_t lease;		/* bytes it may hold: counted in the budget */
+	uint64_t resident, used, spilled;	/* as it reported */
+	uint64_t active_ms;	/* its last lease request or growth */
+	/* A RECLAIM sent and not answered yet. */
+	uint64_t reclaim_asked, reclaim_ms;
+	uint64_t reclaim_got;	/* returned since it was asked */
+	uint64_t dry_ms;	/* it last gave less than asked: not again soon */
+	/* A LEASE request waiting for other clients to give pages back. */
+	bool parked;
+	uint32_t park_seq;
+	uint64_t park_min, park_want, park_ms;
+	struct sbd_heap *heaps;
+	size_t nheaps, heap_cap;
+};
+
+struct sbd_server {
+	struct sbd_loop *loop;
+	int listen_fd;
+	bool own_socket;	/* we bound it: unlink at exit */
+	const char *socket_path;
+	uint64_t max_bytes;
+	uint64_t page_size;
+	gid_t group;		/* --group, else (gid_t)-1 */
+	uid_t self_uid;
+	struct sbd_client *clients;
+	unsigned nclients;
+	uint64_t used;		/* sum of leases */
+	uint32_t next_id, next_heap_id;
+	uint64_t start_ms;
+	uint64_t reclaims, refused;
+	bool verbose;
+};
+
+/* server.c */
+int sbd_server_listen(struct sbd_server *s);
+void sbd_server_close(struct sbd_server *s);
+int sbd_reply(struct sbd_server *s, struct sbd_client *c, uint32_t seq,
+	      int64_t err, uint64_t a, uint64_t b, uint64_t cc, int fd);
+void sbd_send_reclaim(struct sbd_server *s, struct sbd_client *c,
+		      uint64_t bytes);
+void sbd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* budget.c: leases, reclaims, parked requests. */
+void sbd_budget_lease(struct sbd_server *s, struct sbd_client *c,
+		      uint32_t seq, uint64_t min, uint64_t want);
+void sbd_budget_return(struct sbd_server *s, struct sbd_client *c,
+		       uint64_t bytes, bool answer);
+/* c is gone: its lease back to the budget. */
+void sbd_budget_drop(struct sbd_server *s, struct sbd_client *c);
+/* Over the budget (a new daemon took back clients holding more than
+ * it allows): ask for the difference. */
+void sbd_budget_check(struct sbd_server *s);
+/* Parked requests: grant what fits, refuse what waited too long. */
+void sbd_budget_tick(struct sbd_server *s);
+
+#endif

@@ -1,0 +1,530 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A client pool's connection to sparsebufd: requests and their replies,
+ * the daemon's own requests (RECLAIM), and reconnection.
+ *
+ * One reader thread per connection receives everything the daemon sends;
+ * requests go one at a time (req_lock), each waiting for its reply on a
+ * condition variable. When the daemon goes away the reader closes the
+ * socket, fails the request in flight and tries to connect again every
+ * 100 ms; a new daemon is told, in the HELLO, what the pool already holds,
+ * and takes it into its accounting. Pages the pool holds stay valid
+ * throughout: they are in memfds the pool has mapped, and its
+ * userfaultfds are its own (docs/daemon.md, "Crashes").
+ *
+ * Nothing here knows about pools: what the connection needs from above
+ * (bytes held, a reclaim request, a reconnection) goes through callbacks.
+ */
+#include "internal.h"
+#include "dproto.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RECONNECT_MS 100
+
+struct dheap {
+	int fd;
+	uint32_t id;
+	uint64_t gen;	/* the connection it came from */
+};
+
+struct sbi_dclient {
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	size_t page_size;
+	int quit_fd;
+	pthread_t reader;
+	bool started;
+	struct sbi_dclient_cbs cbs;
+
+	pthread_mutex_t req_lock;	/* one request at a time */
+	pthread_mutex_t lock;		/* all below */
+	pthread_cond_t cond;		/* reply or connection changed */
+	int sock;			/* -1: not connected */
+	uint64_t gen;			/* connections made so far */
+	uint32_t id;			/* the daemon's name for us */
+	uint64_t daemon_max;
+	uint32_t next_seq, want_seq;
+	bool have_reply;
+	struct sbd_msg reply;
+	int reply_fd;
+	struct dheap *heaps;
+	size_t nheaps, heap_cap;
+};
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static struct timespec deadline_ts(uint64_t deadline_ms)
+{
+	struct timespec ts = {(time_t)(deadline_ms / 1000),
+			      (long)(deadline_ms % 1000) * 1000000};
+	return ts;
+}
+
+static int sock_connect(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	if (s < 0)
+		return -errno;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = -errno;
+
+		close(s);
+		return e;
+	}
+	return s;
+}
+
+/* Wait up to ms for s to be readable. 1, 0 (timeout) or -errno. */
+static int wait_readable(int s, int ms)
+{
+	struct pollfd p = {s, POLLIN, 0};
+	int r;
+
+	do
+		r = poll(&p, 1, ms);
+	while (r < 0 && errno == EINTR);
+	return r < 0 ? -errno : r;
+}
+
+/* Connect and say HELLO, with what the pool holds already (cbs.held,
+ * asked once connected: a reconnection). The socket, or -errno. Run
+ * before the reader starts, or by the reader itself. */
+static int hello(struct sbi_dclient *c)
+{
+	char buf[sizeof(struct sbd_msg) + 64];
+	struct sbd_msg m = {
+		.magic = SBD_MAGIC, .type = SBD_HELLO, .seq = 1,
+		.a = SBD_VERSION, .c = c->page_size,
+	};
+	int s = sock_connect(c->path), fd, r;
+	long n;
+
+	if (s < 0)
+		return s;
+	if (c->cbs.held)
+		m.b = c->cbs.held(c->cbs.arg) & ~(uint64_t)4095;
+	r = sbd_send(s, &m, NULL, -1);
+	if (r == 0)
+		r = wait_readable(s, 2000);
+	if (r == 0)
+		r = -ETIMEDOUT;
+	if (r < 0)
+		goto fail;
+	n = sbd_recv(s, buf, sizeof(buf), &fd);
+	if (fd >= 0)
+		close(fd);
+	r = n < 0 ? (int)n : n == 0 ? -ECONNRESET : 0;
+	if (r == 0)
+		r = sbd_msg_check(buf, (size_t)n, fd >= 0, true, &m);
+	if (r == 0 && (m.type != SBD_REPLY || m.seq != 1))
+		r = -EPROTO;
+	if (r == 0)
+		r = (int)m.err;
+	if (r < 0)
+		goto fail;
+	pthread_mutex_lock(&c->lock);
+	c->id = (uint32_t)m.a;
+	c->daemon_max = m.b;
+	pthread_mutex_unlock(&c->lock);
+	return s;
+fail:
+	close(s);
+	return r;
+}
+
+/* The connection is gone: c->lock held. */
+static void drop_locked(struct sbi_dclient *c)
+{
+	if (c->sock >= 0)
+		close(c->sock);
+	c->sock = -1;
+	pthread_cond_broadcast(&c->cond);
+}
+
+static void handle(struct sbi_dclient *c, const struct sbd_msg *m, int fd)
+{
+	if (m->type == SBD_RECLAIM) {
+		if (c->cbs.reclaim)
+			c->cbs.reclaim(c->cbs.arg, m->a);
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	/* A reply. */
+	pthread_mutex_lock(&c->lock);
+	if (m->seq == c->want_seq && !c->have_reply) {
+		c->reply = *m;
+		c->reply_fd = fd;
+		c->have_reply = true;
+		pthread_cond_broadcast(&c->cond);
+		fd = -1;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (fd >= 0)
+		close(fd);	/* a reply nobody waits for any more */
+}
+
+static void *reader(void *arg)
+{
+	struct sbi_dclient *c = arg;
+	char *buf = malloc(sizeof(struct sbd_msg) + SBD_MAX_PAYLOAD);
+	bool warned = false;
+
+	sbi_thread_internal();
+	if (!buf)
+		return NULL;
+	for (;;) {
+		struct pollfd p[2] = {{c->quit_fd, POLLIN, 0}, {-1, POLLIN, 0}};
+		struct sbd_msg m;
+		int fd, r;
+		long n;
+
+		pthread_mutex_lock(&c->lock);
+		p[1].fd = c->sock;
+		pthread_mutex_unlock(&c->lock);
+		r = poll(p, p[1].fd >= 0 ? 2 : 1,
+			 p[1].fd >= 0 ? -1 : RECONNECT_MS);
+		if (r < 0 && errno != EINTR)
+			break;
+		if (p[0].revents)
+			break;	/* stopping */
+		if (p[1].fd < 0) {
+			/* Not connected: try again, telling the new daemon
+			 * what we hold. */
+			int s = hello(c);
+
+			if (s < 0)
+				continue;
+			pthread_mutex_lock(&c->lock);
+			c->sock = s;
+			c->gen++;
+			pthread_cond_broadcast(&c->cond);
+			pthread_mutex_unlock(&c->lock);
+			sbi_info("sparsebufd at %s: connected again (client "
+				 "%u)", c->path, c->id);
+			warned = false;
+			if (c->cbs.reconnected)
+				c->cbs.reconnected(c->cbs.arg);
+			continue;
+		}
+		if (!(p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+			continue;
+		n = sbd_recv(p[1].fd, buf, sizeof(struct sbd_msg) +
+					       SBD_MAX_PAYLOAD, &fd);
+		if (n == -EAGAIN || n == -EINTR)
+			continue;
+		r = n <= 0 ? -ECONNRESET
+			   : sbd_msg_check(buf, (size_t)n, fd >= 0, true, &m);
+		if (r < 0) {
+			if (fd >= 0)
+				close(fd);
+			if (!warned)
+				sbi_warn("sparsebufd at %s: connection lost "
+					 "(%s); pages held stay valid, "
+					 "reconnecting",
+					 c->path, n <= 0 ? "closed"
+							 : "bad message");
+			warned = true;
+			pthread_mutex_lock(&c->lock);
+			if (c->sock == p[1].fd)
+				drop_locked(c);
+			pthread_mutex_unlock(&c->lock);
+			if (c->cbs.lost)
+				c->cbs.lost(c->cbs.arg);
+			continue;
+		}
+		handle(c, &m, fd);
+	}
+	free(buf);
+	return NULL;
+}
+
+struct sbi_dclient *sbi_dclient_open(const char *path, size_t page_size,
+				     int *err)
+{
+	struct sbi_dclient *c;
+	int s;
+
+	if (!path || !*path ||
+	    strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+		*err = -EINVAL;
+		return NULL;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	strcpy(c->path, path);
+	c->page_size = page_size;
+	c->sock = -1;
+	c->reply_fd = -1;
+	pthread_mutex_init(&c->req_lock, NULL);
+	pthread_mutex_init(&c->lock, NULL);
+	SBI_LK_RANK(&c->req_lock, SBI_RANK_POOL, 0);
+	SBI_LK_RANK(&c->lock, SBI_RANK_LEAF, 0);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&c->cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	c->quit_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	s = c->quit_fd < 0 ? -errno : hello(c);
+	if (s < 0) {
+		*err = s;
+		sbi_dclient_close(c);
+		return NULL;
+	}
+	c->sock = s;
+	c->gen = 1;
+	return c;
+}
+
+int sbi_dclient_start(struct sbi_dclient *c, const struct sbi_dclient_cbs *cbs)
+{
+	int r;
+
+	c->cbs = *cbs;
+	r = sbi_thread_start(&c->reader, reader, c, "sb-daemon", -1);
+	if (r == 0)
+		c->started = true;
+	return r;
+}
+
+void sbi_dclient_close(struct sbi_dclient *c)
+{
+	if (!c)
+		return;
+	if (c->started) {
+		uint64_t one = 1;
+
+		if (write(c->quit_fd, &one, sizeof(one)) < 0)
+			sbi_warn("sparsebufd client: cannot stop the reader");
+		pthread_join(c->reader, NULL);
+	}
+	if (c->quit_fd >= 0)
+		close(c->quit_fd);
+	if (c->sock >= 0)
+		close(c->sock);
+	if (c->reply_fd >= 0)
+		close(c->reply_fd);
+	free(c->heaps);
+	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->req_lock);
+	free(c);
+}
+
+void sbi_dclient_fork_child(struct sbi_dclient *c)
+{
+	/* The child has no reader thread and must not talk on its parent's
+	 * connection: only the descriptors go (no lock: another thread of
+	 * the parent may have held one). */
+	if (c->sock >= 0)
+		close(c->sock);
+	close(c->quit_fd);
+}
+
+bool sbi_dclient_connected(struct sbi_dclient *c)
+{
+	bool up;
+
+	pthread_mutex_lock(&c->lock);
+	up = c->sock >= 0;
+	pthread_mutex_unlock(&c->lock);
+	return up;
+}
+
+const char *sbi_dclient_path(const struct sbi_dclient *c)
+{
+	return c->path;
+}
+
+/*
+ * Send req and wait for its reply until deadline_ms, through daemon
+ * restarts. Returns 0 with *rep (and *fd, the caller's) filled, or -errno:
+ * -ENOTCONN when no daemon answered in time.
+ */
+static int request(struct sbi_dclient *c, struct sbd_msg *req,
+		   uint64_t deadline_ms, struct sbd_msg *rep, int *fd,
+		   uint64_t *gen_out)
+{
+	struct timespec dl = deadline_ts(deadline_ms);
+	int r = 0;
+
+	pthread_mutex_lock(&c->req_lock);
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		uint64_t gen;
+
+		while (c->sock < 0 && r != ETIMEDOUT)
+			r = pthread_cond_timedwait(&c->cond, &c->lock, &dl);
+		if (c->sock < 0) {
+			r = -ENOTCONN;
+			break;
+		}
+		req->magic = SBD_MAGIC;
+		if (++c->next_seq == 0)
+			c->next_seq = 1;
+		req->seq = c->want_seq = c->next_seq;
+		c->have_reply = false;
+		gen = c->gen;
+		r = sbd_send(c->sock, req, NULL, -1);
+		if (r < 0) {
+			drop_locked(c);	/* the reader reconnects */
+			r = 0;
+			continue;
+		}
+		while (!c->have_reply && c->gen == gen && c->sock >= 0 &&
+		       r != ETIMEDOUT)
+			r = pthread_cond_timedwait(&c->cond, &c->lock, &dl);
+		if (c->have_reply) {
+			*rep = c->reply;
+			*fd = c->reply_fd;
+			c->reply_fd = -1;
+			c->have_reply = false;
+			c->want_seq = 0;
+			if (gen_out)
+				*gen_out = gen;
+			r = 0;
+			break;
+		}
+		c->want_seq = 0;
+		if (r == ETIMEDOUT) {
+			r = c->sock < 0 ? -ENOTCONN : -ETIMEDOUT;
+			break;
+		}
+		r = 0;	/* the connection changed: ask the new daemon */
+	}
+	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&c->req_lock);
+	return r;
+}
+
+int sbi_dclient_lease(struct sbi_dclient *c, uint64_t min, uint64_t want,
+		      uint64_t resident, uint64_t used, int wait_ms,
+		      uint64_t *granted)
+{
+	struct sbd_msg m = {.type = SBD_LEASE, .a = min, .b = want,
+			    .c = resident, .d = used}, rep;
+	int fd = -1, r;
+
+	*granted = 0;
+	r = request(c, &m, mono_ms() + (uint64_t)wait_ms, &rep, &fd, NULL);
+	if (fd >= 0)
+		close(fd);
+	if (r < 0)
+		return r;
+	if (rep.err < 0)
+		return (int)rep.err;
+	if (rep.a < min || rep.a > want || (rep.a & 4095))
+		return -EPROTO;
+	*granted = rep.a;
+	return 0;
+}
+
+void sbi_dclient_tell(struct sbi_dclient *c, unsigned type, uint64_t a,
+		      uint64_t b, uint64_t resident, uint64_t used)
+{
+	struct sbd_msg m = {.magic = SBD_MAGIC, .type = (uint16_t)type,
+			    .a = a, .b = b, .c = resident, .d = used};
+
+	pthread_mutex_lock(&c->lock);
+	/* Lost when there is no daemon: a new one learns what we hold from
+	 * the HELLO. */
+	if (c->sock >= 0 && sbd_send(c->sock, &m, NULL, -1) < 0)
+		drop_locked(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Is fd a memfd of `bytes`, sealed against resizing? */
+static bool heap_fd_ok(int fd, uint64_t bytes)
+{
+	struct stat st;
+	int seals = fcntl(fd, F_GET_SEALS);
+
+	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	       (uint64_t)st.st_size == bytes && seals >= 0 &&
+	       (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) ==
+		       (F_SEAL_SHRINK | F_SEAL_GROW) &&
+	       !(seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE));
+}
+
+int sbi_dclient_heap(struct sbi_dclient *c, uint64_t bytes, int wait_ms)
+{
+	struct sbd_msg m = {.type = SBD_HEAP, .a = bytes}, rep;
+	uint64_t gen = 0;
+	int fd = -1, r;
+
+	r = request(c, &m, mono_ms() + (uint64_t)wait_ms, &rep, &fd, &gen);
+	if (r < 0)
+		return r;
+	if (rep.err < 0 || fd < 0 || !heap_fd_ok(fd, bytes) || !rep.a ||
+	    rep.a > UINT32_MAX) {
+		if (fd >= 0)
+			close(fd);
+		return rep.err < 0 ? (int)rep.err : -EPROTO;
+	}
+	pthread_mutex_lock(&c->lock);
+	if (c->nheaps == c->heap_cap) {
+		size_t cap = c->heap_cap ? 2 * c->heap_cap : 16;
+		struct dheap *h = realloc(c->heaps, cap * sizeof(*h));
+
+		if (!h) {
+			pthread_mutex_unlock(&c->lock);
+			close(fd);
+			return -ENOMEM;
+		}
+		c->heaps = h;
+		c->heap_cap = cap;
+	}
+	c->heaps[c->nheaps++] = (struct dheap){fd, (uint32_t)rep.a, gen};
+	pthread_mutex_unlock(&c->lock);
+	return fd;
+}
+
+void sbi_dclient_heap_free(struct sbi_dclient *c, int fd)
+{
+	uint32_t id = 0;
+	uint64_t gen = 0;
+
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < c->nheaps; i++)
+		if (c->heaps[i].fd == fd) {
+			id = c->heaps[i].id;
+			gen = c->heaps[i].gen;
+			c->heaps[i] = c->heaps[--c->nheaps];
+			break;
+		}
+	/* A heap from an earlier daemon is not this one's to free. */
+	if (id && gen == c->gen && c->sock >= 0) {
+		struct sbd_msg m = {.magic = SBD_MAGIC, .type = SBD_HEAP_FREE,
+				    .a = id};
+
+		if (sbd_send(c->sock, &m, NULL, -1) < 0)
+			drop_locked(c);
+	}
+	pthread_mutex_unlock(&c->lock);
+}

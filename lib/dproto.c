@@ -1,0 +1,177 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sparsebufd's wire protocol: checking, sending and receiving messages
+ * (lib/dproto.h). No state: used by the client pools (dclient.c), the
+ * daemon and sparsebufctl, and fuzzed (tests/fuzz/fuzz_dmsg.c).
+ */
+#include "dproto.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static const char *const names[SBD_TYPE_END] = {
+	[SBD_HELLO] = "hello",	     [SBD_LEASE] = "lease",
+	[SBD_RETURN] = "return",     [SBD_REPORT] = "report",
+	[SBD_HEAP] = "heap",	     [SBD_HEAP_FREE] = "heap-free",
+	[SBD_STATUS] = "status",     [SBD_RECLAIM] = "reclaim",
+	[SBD_REPLY] = "reply",
+};
+
+const char *sbd_type_name(unsigned type)
+{
+	return type && type < SBD_TYPE_END ? names[type] : "unknown";
+}
+
+static bool size_ok(uint64_t v, bool zero_ok)
+{
+	return (v || zero_ok) && v <= SBD_MAX_BYTES && !(v & 4095);
+}
+
+int sbd_msg_check(const void *buf, size_t n, unsigned nfds, bool from_daemon,
+		  struct sbd_msg *m)
+{
+	if (!buf || n < sizeof(*m))
+		return -EBADMSG;
+	memcpy(m, buf, sizeof(*m));
+	if (m->magic != SBD_MAGIC || m->len > SBD_MAX_PAYLOAD ||
+	    m->len != n - sizeof(*m) || m->nfds != nfds || nfds > SBD_MAX_FDS)
+		return -EBADMSG;
+	if (!m->type || m->type >= SBD_TYPE_END)
+		return -EBADMSG;
+	if (from_daemon != (m->type == SBD_RECLAIM || m->type == SBD_REPLY))
+		return -EPROTO;
+	/* Descriptors: only the reply to a HEAP request carries one, and
+	 * the receiver knows which reply that is. */
+	if (nfds && m->type != SBD_REPLY)
+		return -EPROTO;
+	/* Payloads: only a STATUS reply has one. */
+	if (m->len && m->type != SBD_REPLY)
+		return -EBADMSG;
+	switch (m->type) {
+	case SBD_HELLO:
+		if (!m->seq || m->a != SBD_VERSION || !size_ok(m->b, true) ||
+		    (m->c & (m->c - 1)) || m->c > ((uint64_t)1 << 30) ||
+		    (m->d & ~(uint64_t)SBD_HELLO_CONTROL))
+			return -EBADMSG;
+		if (!(m->d & SBD_HELLO_CONTROL) && m->c < 4096)
+			return -EBADMSG;
+		break;
+	case SBD_LEASE:
+		if (!m->seq || !size_ok(m->a, false) || !size_ok(m->b, false) ||
+		    m->b < m->a || !size_ok(m->c, true) || !size_ok(m->d, true))
+			return -EBADMSG;
+		break;
+	case SBD_RETURN:
+		if (!size_ok(m->a, true) || m->b > 1 || !size_ok(m->c, true) ||
+		    !size_ok(m->d, true))
+			return -EBADMSG;
+		break;
+	case SBD_REPORT:
+		if (!size_ok(m->a, true) || !size_ok(m->c, true) ||
+		    !size_ok(m->d, true))
+			return -EBADMSG;
+		break;
+	case SBD_HEAP:
+		if (!m->seq || !size_ok(m->a, false))
+			return -EBADMSG;
+		break;
+	case SBD_HEAP_FREE:
+		if (!m->a || m->a > UINT32_MAX)
+			return -EBADMSG;
+		break;
+	case SBD_STATUS:
+		if (!m->seq)
+			return -EBADMSG;
+		break;
+	case SBD_RECLAIM:
+		if (!size_ok(m->a, false))
+			return -EBADMSG;
+		break;
+	case SBD_REPLY:
+		if (!m->seq || m->err > 0 || m->err < -4095)
+			return -EBADMSG;
+		break;
+	}
+	return 0;
+}
+
+int sbd_send(int sock, const struct sbd_msg *m, const void *payload, int fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov[2] = {
+		{(void *)m, sizeof(*m)},
+		{(void *)payload, m->len},
+	};
+	struct msghdr mh = {
+		.msg_iov = iov,
+		.msg_iovlen = m->len ? 2 : 1,
+	};
+	ssize_t r;
+
+	if (fd >= 0) {
+		struct cmsghdr *c;
+
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof(ctl.buf);
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	do
+		r = sendmsg(sock, &mh, MSG_NOSIGNAL);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return -errno;
+	return (size_t)r == sizeof(*m) + m->len ? 0 : -EMSGSIZE;
+}
+
+long sbd_recv(int sock, void *buf, size_t cap, int *fd)
+{
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {buf, cap};
+	struct msghdr mh = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = ctl.buf,
+		.msg_controllen = sizeof(ctl.buf),
+	};
+	int got[8], ngot = 0;
+	ssize_t r;
+
+	*fd = -1;
+	do
+		r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return -errno;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c;
+	     c = CMSG_NXTHDR(&mh, c)) {
+		size_t k;
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k && ngot < 8; i++)
+			memcpy(&got[ngot++], CMSG_DATA(c) + i * sizeof(int),
+			       sizeof(int));
+	}
+	if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || ngot > SBD_MAX_FDS) {
+		while (ngot--)
+			close(got[ngot]);
+		return -EMSGSIZE;
+	}
+	if (ngot)
+		*fd = got[0];
+	return (long)r;
+}

@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The wire protocol between sparsebufd and its clients (the library's
+ * client pools, sparsebufctl). Shared by lib/ and daemon/; docs/daemon.md
+ * describes it for people.
+ *
+ * One AF_UNIX SOCK_SEQPACKET connection per client pool: message
+ * boundaries are kept, a message is one header (struct sbd_msg) and an
+ * optional payload, and a descriptor travels as SCM_RIGHTS beside the
+ * message that announces it (hdr.nfds). Every integer is in host order:
+ * the daemon and its clients are on one machine.
+ *
+ * Requests that want an answer carry seq != 0 and get one SBD_REPLY with
+ * the same seq (err 0 or -errno). The daemon's own requests (SBD_RECLAIM)
+ * carry seq 0 and are answered by a later SBD_RETURN.
+ */
+#ifndef SPARSEBUF_DPROTO_H
+#define SPARSEBUF_DPROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SBD_MAGIC 0x31444253u	/* "SBD1" */
+#define SBD_VERSION 1u
+#define SBD_MAX_PAYLOAD (64u << 10)
+#define SBD_MAX_FDS 1
+/* Sizes are bytes, multiples of 4 KiB, below 2^48 (256 TiB). */
+#define SBD_MAX_BYTES ((uint64_t)1 << 48)
+
+enum sbd_type {
+	/* client -> daemon */
+	SBD_HELLO = 1,	/* a: version, b: bytes held already (a reconnect),
+			 * c: page size, d: flags (SBD_HELLO_*). Reply: a:
+			 * client id, b: the daemon's max_bytes, c: its page
+			 * size. */
+	SBD_LEASE,	/* a: bytes needed at least, b: bytes wanted, c/d:
+			 * resident/used bytes. Reply a: bytes granted (>= a),
+			 * or err -ENOMEM when nothing anywhere could be freed
+			 * in time. */
+	SBD_RETURN,	/* a: bytes given back, b: 1 in answer to a
+			 * RECLAIM, c/d: resident/used. No reply. */
+	SBD_REPORT,	/* a: spilled bytes, c/d: resident/used. No reply. */
+	SBD_HEAP,	/* a: bytes. Reply: a: heap id, one descriptor: a
+			 * memfd of that size sealed against resizing. */
+	SBD_HEAP_FREE,	/* a: heap id (every page punched). No reply. */
+	SBD_STATUS,	/* Reply: payload struct sbd_status, then
+			 * struct sbd_client_info[status.nclients]. */
+	/* daemon -> client */
+	SBD_RECLAIM,	/* a: bytes the budget needs back. */
+	SBD_REPLY,	/* the answer to the request with the same seq */
+	SBD_TYPE_END
+};
+
+/* HELLO flags */
+#define SBD_HELLO_CONTROL 1u	/* sparsebufctl: no budget, status only */
+
+struct sbd_msg {
+	uint32_t magic;		/* SBD_MAGIC */
+	uint16_t type;		/* enum sbd_type */
+	uint16_t nfds;		/* descriptors that came with it */
+	uint32_t seq;		/* request id; 0: no reply wanted */
+	uint32_t len;		/* payload bytes after the header */
+	int64_t err;		/* SBD_REPLY: 0 or -errno */
+	uint64_t a, b, c, d;
+};
+
+struct sbd_status {
+	uint64_t max_bytes;	/* the machine's budget */
+	uint64_t bytes_used;	/* leased to clients (their resident pages
+				 * and the reserve they hold) */
+	uint64_t bytes_resident;	/* what clients report resident */
+	uint64_t bytes_shared;	/* pages of the machine-wide cache */
+	uint64_t bytes_spilled;	/* clients' pages on disk */
+	uint64_t page_size;
+	uint64_t nclients;	/* entries that follow */
+	uint64_t uptime_ms;
+	uint64_t reclaims;	/* RECLAIM requests sent */
+	uint64_t refused;	/* leases answered -ENOMEM */
+};
+
+struct sbd_client_info {
+	int32_t pid;
+	uint32_t uid;
+	uint32_t id;
+	uint32_t page_size;
+	uint64_t bytes;		/* leased */
+	uint64_t resident, used, spilled;
+	uint64_t idle_ms;	/* since its last lease or report with growth */
+};
+
+#define SBD_MAX_CLIENTS_LISTED \
+	((SBD_MAX_PAYLOAD - sizeof(struct sbd_status)) / \
+	 sizeof(struct sbd_client_info))
+
+/*
+ * Check a message as received: n bytes at buf, nfds descriptors beside it,
+ * sent by the daemon (from_daemon) or by a client. Fills *m and returns 0,
+ * or -EBADMSG (malformed: sizes, magic, unknown type, a field out of
+ * range) or -EPROTO (a type that side may not send, descriptors where none
+ * belong). The payload follows the header in buf. Semantic checks (does
+ * this heap id belong to this client) are the receiver's.
+ */
+int sbd_msg_check(const void *buf, size_t n, unsigned nfds, bool from_daemon,
+		  struct sbd_msg *m);
+
+/* Send m (its len bytes of payload at payload) with fd (>= 0) attached.
+ * 0 or -errno. Never raises SIGPIPE. */
+int sbd_send(int sock, const struct sbd_msg *m, const void *payload, int fd);
+
+/*
+ * Receive one message into buf (cap bytes, at least sizeof(struct
+ * sbd_msg) + SBD_MAX_PAYLOAD to never truncate) and the descriptor that
+ * came with it (*fd, -1 if none; the caller owns it). Returns the message's
+ * size, 0 at end of stream, or -errno (-EAGAIN on a non-blocking socket
+ * with nothing to read, -EMSGSIZE for a truncated message or one with too
+ * many descriptors, which are closed).
+ */
+long sbd_recv(int sock, void *buf, size_t cap, int *fd);
+
+const char *sbd_type_name(unsigned type);
+
+#endif

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/* A client pool's lease state (lease.c, lease_serve.c). */
+#ifndef SPARSEBUF_LEASE_H
+#define SPARSEBUF_LEASE_H
+
+#include "internal.h"
+
+struct sbi_lease {
+	pthread_t thread;
+	pthread_mutex_t lock;	/* the fields below; a leaf */
+	pthread_cond_t cond;	/* work for the lease thread */
+	bool stop;
+	bool lost;		/* the connection was lost */
+	uint64_t reclaim;	/* bytes the daemon asked back */
+	/* Lease thread only. */
+	uint64_t seen_alloc;	/* pool->alloc_seq at the last look */
+	uint64_t report_ms;
+	size_t rep_resident, rep_used;
+	uint64_t refused_until_ms;	/* no background lease before */
+	uint64_t idle_since_ms;		/* last allocation seen */
+	int wait_ms;			/* SPARSEBUF_DAEMON_WAIT_MS */
+	bool fail;			/* SPARSEBUF_DAEMON_FALLBACK=fail */
+	_Atomic bool warned;
+};
+
+/* Pages the lease is grown by, kept unused at least (low) and at most
+ * (high) beyond what the pool holds. */
+size_t sbi_lease_chunk(const struct sb_pool *pool);
+size_t sbi_lease_low(const struct sb_pool *pool);
+size_t sbi_lease_high(const struct sb_pool *pool);
+uint64_t sbi_lease_now_ms(void);
+/* The lease is pages now; pool->lock held. */
+void sbi_lease_set(struct sb_pool *pool, size_t pages);
+
+#endif

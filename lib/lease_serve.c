@@ -1,0 +1,277 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A client pool's lease thread: keeps the lease a chunk ahead of need
+ * while the pool grows, gives back what it does not use, reports what it
+ * holds, and answers the daemon's reclaims (the budget is full and
+ * another process needs pages): first the unused lease, then the ready
+ * reserve, then cold pages of evictable buffers written to disk.
+ *
+ * Above evict.c (it evicts); the lease arithmetic is in lease.c, below.
+ */
+#include "lease.h"
+#include "dproto.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define TICK_MS 5	/* how often the lease is looked at */
+#define REPORT_MS 1000
+#define IDLE_MS 2000	/* no allocation for this long: keep no spare lease */
+
+/* ---- the connection's callbacks (its reader thread) ------------------------ */
+
+static uint64_t cb_held(void *arg)
+{
+	struct sb_pool *pool = arg;
+	uint64_t held;
+
+	pthread_mutex_lock(&pool->lock);
+	if (pool->daemon_local) {
+		/* Back to a daemon: the lease is what the pool holds; the
+		 * next allocation asks for more. */
+		pool->daemon_local = false;
+		sbi_lease_set(pool, pool->resident);
+	}
+	held = (uint64_t)pool->max_pages << pool->page_shift;
+	pthread_mutex_unlock(&pool->lock);
+	return held;
+}
+
+static void wake(struct sb_pool *pool, uint64_t reclaim, bool lost)
+{
+	struct sbi_lease *l = pool->lease;
+
+	pthread_mutex_lock(&l->lock);
+	l->reclaim += reclaim;
+	l->lost |= lost;
+	pthread_cond_signal(&l->cond);
+	pthread_mutex_unlock(&l->lock);
+}
+
+static void cb_reclaim(void *arg, uint64_t bytes)
+{
+	wake(arg, bytes, false);
+}
+
+static void cb_lost(void *arg)
+{
+	wake(arg, 0, true);
+}
+
+static void cb_reconnected(void *arg)
+{
+	struct sb_pool *pool = arg;
+
+	pool->lease->report_ms = 0;	/* lease thread: report soon */
+	wake(pool, 0, false);
+}
+
+/* ---- the lease thread ------------------------------------------------------ */
+
+static void report(struct sb_pool *pool, uint64_t now, bool force)
+{
+	struct sbi_lease *l = pool->lease;
+	struct sb_stats st;
+
+	if (!force && now < l->report_ms + REPORT_MS)
+		return;
+	pthread_mutex_lock(&pool->lock);
+	sbi_pool_stats_locked(pool, &st);
+	pthread_mutex_unlock(&pool->lock);
+	if (!force && st.pages_used == l->rep_used &&
+	    st.bytes_resident >> pool->page_shift == l->rep_resident)
+		return;
+	l->report_ms = now;
+	l->rep_used = st.pages_used;
+	l->rep_resident = st.bytes_resident >> pool->page_shift;
+	sbi_dclient_tell(pool->client, SBD_REPORT,
+			 st.spill_bytes & ~(uint64_t)4095, 0,
+			 st.bytes_resident, st.pages_used * st.page_size);
+}
+
+/* The daemon wants bytes back. */
+static void serve_reclaim(struct sb_pool *pool, uint64_t bytes)
+{
+	size_t want = (size_t)((bytes + pool->page_size - 1) >>
+			       pool->page_shift),
+	       got;
+
+	got = sbi_lease_give_back(pool, 0, false);
+	if (got < want) {
+		pthread_mutex_lock(&pool->lock);
+		sbi_ready_trim(pool, false, true);
+		pthread_mutex_unlock(&pool->lock);
+		got += sbi_lease_give_back(pool, 0, false);
+	}
+	if (got < want && atomic_load(&pool->n_evictable)) {
+		sbi_evict_some(pool, want - got);
+		pthread_mutex_lock(&pool->lock);
+		sbi_ready_trim(pool, false, true);
+		pthread_mutex_unlock(&pool->lock);
+		got += sbi_lease_give_back(pool, 0, false);
+	}
+	/* The answer, even when nothing could go. */
+	sbi_lease_give_back(pool, 0, true);
+}
+
+/* Keep the lease a chunk ahead of a growing pool; give back the rest. */
+static void maintain(struct sb_pool *pool, uint64_t now)
+{
+	struct sbi_lease *l = pool->lease;
+	size_t have, resident, used, slack, chunk;
+	uint64_t seq, granted;
+	bool active;
+	int r;
+
+	pthread_mutex_lock(&pool->lock);
+	if (pool->daemon_local) {
+		pthread_mutex_unlock(&pool->lock);
+		return;
+	}
+	have = pool->max_pages;
+	resident = pool->resident;
+	used = pool->used;
+	seq = pool->alloc_seq;
+	pthread_mutex_unlock(&pool->lock);
+	active = seq != l->seen_alloc;
+	l->seen_alloc = seq;
+	slack = have > resident ? have - resident : 0;
+	if (active && slack < sbi_lease_low(pool) && have < pool->ceiling_pages &&
+	    now >= l->refused_until_ms) {
+		chunk = sbi_lease_chunk(pool);
+		if (chunk > pool->ceiling_pages - have)
+			chunk = pool->ceiling_pages - have;
+		r = sbi_dclient_lease(pool->client,
+				      (uint64_t)chunk << pool->page_shift,
+				      (uint64_t)chunk << pool->page_shift,
+				      (uint64_t)resident << pool->page_shift,
+				      (uint64_t)used << pool->page_shift, 200,
+				      &granted);
+		if (r < 0) {
+			l->refused_until_ms = now + 100;
+			return;
+		}
+		pthread_mutex_lock(&pool->lock);
+		if (!pool->daemon_local)
+			sbi_lease_set(pool,
+				      pool->max_pages +
+					      (size_t)(granted >> pool->page_shift));
+		pthread_mutex_unlock(&pool->lock);
+		l->idle_since_ms = now;
+		return;
+	}
+	if (active)
+		l->idle_since_ms = now;
+	if (slack > sbi_lease_high(pool))
+		sbi_lease_give_back(pool, sbi_lease_chunk(pool), false);
+	else if (slack && now - l->idle_since_ms > IDLE_MS)
+		sbi_lease_give_back(pool, 0, false);
+}
+
+static void *lease_thread(void *arg)
+{
+	struct sb_pool *pool = arg;
+	struct sbi_lease *l = pool->lease;
+	struct timespec ts;
+
+	sbi_thread_internal();
+	pthread_mutex_lock(&l->lock);
+	while (!l->stop) {
+		uint64_t reclaim, now;
+
+		if (!l->reclaim) {
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			ts.tv_nsec += TICK_MS * 1000000L;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&l->cond, &l->lock, &ts);
+		}
+		if (l->stop)
+			break;
+		reclaim = l->reclaim;
+		l->reclaim = 0;
+		l->lost = false;
+		pthread_mutex_unlock(&l->lock);
+		now = sbi_lease_now_ms();
+		if (reclaim) {
+			serve_reclaim(pool, reclaim);
+			report(pool, now, true);
+		} else if (sbi_dclient_connected(pool->client)) {
+			maintain(pool, now);
+			report(pool, now, false);
+		}
+		pthread_mutex_lock(&l->lock);
+	}
+	pthread_mutex_unlock(&l->lock);
+	return NULL;
+}
+
+int sbi_lease_start(struct sb_pool *pool, struct sbi_dclient *c)
+{
+	struct sbi_lease *l = calloc(1, sizeof(*l));
+	struct sbi_dclient_cbs cbs = {
+		.arg = pool,
+		.held = cb_held,
+		.reclaim = cb_reclaim,
+		.lost = cb_lost,
+		.reconnected = cb_reconnected,
+	};
+	pthread_condattr_t ca;
+	int r;
+
+	if (!l)
+		return -ENOMEM;
+	pthread_mutex_init(&l->lock, NULL);
+	SBI_LK_RANK(&l->lock, SBI_RANK_LEAF, pool->id);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&l->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	l->wait_ms = sbi_env_daemon_wait_ms();
+	l->fail = sbi_env_daemon_fail();
+	l->idle_since_ms = sbi_lease_now_ms();
+	pool->lease = l;
+	pool->client = c;
+	r = sbi_dclient_start(c, &cbs);
+	if (r == 0) {
+		r = sbi_thread_start(&l->thread, lease_thread, pool, "sb-lease",
+				     -1);
+		if (r == 0)
+			return 0;
+	}
+	/* The connection's reader may be running: sbi_lease_close stops
+	 * it before freeing l. */
+	l->stop = true;
+	l->thread = 0;
+	return r;
+}
+
+void sbi_lease_stop(struct sb_pool *pool)
+{
+	struct sbi_lease *l = pool->lease;
+
+	if (!l || l->stop)
+		return;
+	pthread_mutex_lock(&l->lock);
+	l->stop = true;
+	pthread_cond_signal(&l->cond);
+	pthread_mutex_unlock(&l->lock);
+	pthread_join(l->thread, NULL);
+}
+
+void sbi_lease_close(struct sb_pool *pool)
+{
+	struct sbi_lease *l = pool->lease;
+
+	sbi_dclient_close(pool->client);
+	pool->client = NULL;
+	if (!l)
+		return;
+	pthread_cond_destroy(&l->cond);
+	pthread_mutex_destroy(&l->lock);
+	free(l);
+	pool->lease = NULL;
+}

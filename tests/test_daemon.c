@@ -1,0 +1,634 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sparsebufd and its clients, across processes: one budget that is never
+ * exceeded, pages of an idle process given to a busy one, a refusal when
+ * nothing anywhere can be freed, a killed client's pages back to the
+ * budget, a killed daemon (pages stay valid, the fallbacks, a restarted
+ * daemon takes the client back), garbage on the socket, the default pool
+ * from SPARSEBUF_DAEMON, and the socket's permissions.
+ *
+ * The daemon is build/bin/sparsebufd, started by this test on a socket in
+ * a temporary directory; clients are this program again (--child).
+ */
+#include "harness.h"
+#include "dproto.h"
+
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/prctl.h>
+#include <sys/un.h>
+
+#define PAGE (256 * KiB)
+
+static char dir[64], sock_path[100], daemon_bin[PATH_MAX];
+static pid_t daemon_pid;
+
+/* ---- the daemon ------------------------------------------------------- */
+
+static int connect_sock(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* A failed check exits: the daemon must not outlive the test. */
+static void kill_daemon(void)
+{
+	if (daemon_pid > 0)
+		kill(daemon_pid, SIGKILL);
+}
+
+static void start_daemon(const char *max)
+{
+	char *argv[] = {daemon_bin, (char *)"--socket", sock_path,
+			(char *)"--max-bytes", (char *)max,
+			(char *)"--foreground", NULL};
+	double t0 = now_s();
+	pid_t parent = getpid();
+	int fd;
+
+	daemon_pid = fork();
+	CHECK(daemon_pid >= 0);
+	if (daemon_pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(1);
+		execv(daemon_bin, argv);
+		_exit(127);
+	}
+	while ((fd = connect_sock(sock_path)) < 0) {
+		if (now_s() - t0 > 10)
+			FAIL("sparsebufd did not listen on %s", sock_path);
+		usleep(5000);
+	}
+	close(fd);
+}
+
+static void stop_daemon(int sig)
+{
+	int st;
+
+	kill(daemon_pid, sig);
+	waitpid(daemon_pid, &st, 0);
+	if (sig == SIGTERM)
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	daemon_pid = 0;
+}
+
+/* Ask for the status; returns the number of clients listed (into ci). */
+static int status(struct sbd_status *st, struct sbd_client_info *ci, int max)
+{
+	static char buf[sizeof(struct sbd_msg) + SBD_MAX_PAYLOAD];
+	struct sbd_msg m = {.magic = SBD_MAGIC, .type = SBD_HELLO, .seq = 1,
+			    .a = SBD_VERSION, .d = SBD_HELLO_CONTROL};
+	int fd = connect_sock(sock_path), rfd;
+	long n;
+
+	CHECK(fd >= 0);
+	for (int k = 0; k < 2; k++) {
+		struct sbd_msg rep;
+
+		CHECK_EQ(sbd_send(fd, &m, NULL, -1), 0);
+		n = sbd_recv(fd, buf, sizeof(buf), &rfd);
+		CHECK(n > 0 && rfd < 0);
+		CHECK_EQ(sbd_msg_check(buf, (size_t)n, 0, true, &rep), 0);
+		CHECK_EQ(rep.err, 0);
+		m = (struct sbd_msg){.magic = SBD_MAGIC, .type = SBD_STATUS,
+				     .seq = 2};
+	}
+	close(fd);
+	CHECK((size_t)n >= sizeof(m) + sizeof(*st));
+	memcpy(st, buf + sizeof(m), sizeof(*st));
+	CHECK_EQ((size_t)n, sizeof(m) + sizeof(*st) +
+				    st->nclients * sizeof(*ci));
+	for (int i = 0; i < (int)st->nclients && i < max; i++)
+		memcpy(&ci[i], buf + sizeof(m) + sizeof(*st) + i * sizeof(*ci),
+		       sizeof(*ci));
+	return (int)st->nclients;
+}
+
+static uint64_t used_now(void)
+{
+	struct sbd_status st;
+
+	status(&st, NULL, 0);
+	return st.bytes_used;
+}
+
+static struct sb_pool *connect_pool(size_t ceiling, int *err)
+{
+	struct sb_pool_opts o;
+
+	sb_pool_opts_init(&o);
+	o.page_size = PAGE;
+	o.heap_size = 16 * MiB;
+	o.max_bytes = ceiling;
+	o.spill_dir = dir;
+	return sb_pool_connect(sock_path, &o, err);
+}
+
+static void fill(char *p, size_t len, unsigned seed)
+{
+	for (size_t i = 0; i < len; i += 4096)
+		memcpy(p + i, &(uint64_t){seed * 1000003ull + i}, 8);
+}
+
+static bool check_fill(const char *p, size_t len, unsigned seed)
+{
+	for (size_t i = 0; i < len; i += 4096) {
+		uint64_t v;
+
+		memcpy(&v, p + i, 8);
+		if (v != seed * 1000003ull + i)
+			return false;
+	}
+	return true;
+}
+
+/* A file a child writes when it is ready, or the parent when the child
+ * may go on. */
+static void mark(const char *name)
+{
+	char p[PATH_MAX + 32];
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	fd = open(p, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	CHECK(fd >= 0);
+	close(fd);
+}
+
+static bool marked(const char *name)
+{
+	char p[PATH_MAX + 32];
+
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	return access(p, F_OK) == 0;
+}
+
+static void wait_mark(const char *name, double timeout_s)
+{
+	WAIT_FOR(marked(name), timeout_s);
+	if (!marked(name))
+		FAIL("no '%s' after %.0f s", name, timeout_s);
+}
+
+/* Start "self --child name" in the background (environment extra). */
+static pid_t spawn_child(const char *name, char *const *extra)
+{
+	char *argv[] = {(char *)self_exe, (char *)"--child", (char *)name,
+			NULL};
+	char *envp[512];
+	int n = 0;
+	pid_t pid;
+
+	for (char **e = environ; *e && n < 400; e++)
+		envp[n++] = *e;
+	for (; extra && *extra; extra++)
+		envp[n++] = *extra;
+	envp[n] = NULL;
+	if (posix_spawn(&pid, self_exe, NULL, NULL, argv, envp))
+		FAIL("spawn %s", name);
+	return pid;
+}
+
+static int reap(pid_t pid, double timeout_s)
+{
+	double t0 = now_s();
+	int st;
+
+	while (waitpid(pid, &st, WNOHANG) != pid) {
+		if (now_s() - t0 > timeout_s) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			FAIL("child %d hung", (int)pid);
+		}
+		usleep(2000);
+	}
+	return child_exit_code(st);
+}
+
+/* ---- children ---------------------------------------------------------- */
+
+/* Holds 40 MiB of an evictable buffer, goes idle, then checks its data
+ * (read back from disk where the daemon took its pages). */
+static int child_idle_evictable(void)
+{
+	int err = 0;
+	struct sb_pool *pool = connect_pool(0, &err);
+	struct sb_buf *b;
+	char *x;
+
+	CHECK(pool);
+	b = make_buf(pool, 1 * GiB, SB_BUF_EVICTABLE);
+	x = sb_buf_addr(b);
+	CHECK_EQ(sb_buf_map(b, 0, 40 * MiB), 40 * MiB / PAGE);
+	fill(x, 40 * MiB, 7);
+	mark("idle-ready");
+	wait_mark("idle-check", 60);
+	CHECK(check_fill(x, 40 * MiB, 7));
+	CHECK(stats(pool).pages_out > 0);	/* it did go to disk */
+	VERIFY(pool);
+	sb_pool_destroy(pool);
+	return 0;
+}
+
+/* Holds 40 MiB it cannot give back until told to exit. */
+static int child_hog(void)
+{
+	int err = 0;
+	struct sb_pool *pool = connect_pool(0, &err);
+	struct sb_buf *b;
+
+	CHECK(pool);
+	b = make_buf(pool, 1 * GiB, 0);
+	CHECK_EQ(sb_buf_map(b, 0, 40 * MiB), 40 * MiB / PAGE);
+	fill(sb_buf_addr(b), 40 * MiB, 3);
+	mark("hog-ready");
+	wait_mark("hog-exit", 60);
+	sb_pool_destroy(pool);
+	return 0;
+}
+
+/* The default pool, a client through SPARSEBUF_DAEMON. */
+static int child_default(void)
+{
+	struct sb_pool *pool = sb_default_pool();
+	struct sb_buf *b;
+
+	CHECK(pool);
+	b = make_buf(pool, 1 * GiB, 0);
+	memset(sb_buf_addr(b), 1, 8 * MiB);	/* faults */
+	mark("default-ready");
+	wait_mark("default-exit", 60);
+	return 0;
+}
+
+/* The daemon dies under it: pages stay, new ones per the fallback. */
+static int child_daemon_dies(void)
+{
+	const char *fb = getenv("SPARSEBUF_DAEMON_FALLBACK");
+	bool fail = fb && !strcmp(fb, "fail");
+	int err = 0;
+	struct sb_pool *pool = connect_pool(0, &err);
+	struct sb_buf *b;
+	char *x;
+	double t0;
+	long r;
+
+	CHECK(pool);
+	b = make_buf(pool, 1 * GiB, 0);
+	x = sb_buf_addr(b);
+	CHECK_EQ(sb_buf_map(b, 0, 16 * MiB), 16 * MiB / PAGE);
+	fill(x, 16 * MiB, 5);
+	mark(fail ? "dies-fail-ready" : "dies-ready");
+	wait_mark(fail ? "dies-fail-killed" : "dies-killed", 60);
+	/* Every page still valid, none zero. */
+	CHECK(check_fill(x, 16 * MiB, 5));
+	t0 = now_s();
+	r = sb_buf_map(b, 64 * MiB, 64 * MiB);
+	if (fail) {
+		CHECK_EQ(r, -ENOMEM);
+	} else {
+		CHECK_EQ(r, 64 * MiB / PAGE);
+		fill(x + 64 * MiB, 64 * MiB, 6);
+	}
+	/* The wait is bounded by SPARSEBUF_DAEMON_WAIT_MS (300). */
+	CHECK(now_s() - t0 < 5);
+	printf("map with no daemon: %s after %.0f ms\n",
+	       fail ? "-ENOMEM" : "placed", (now_s() - t0) * 1e3);
+	if (!fail) {
+		mark("dies-mapped");
+		wait_mark("dies-restarted", 60);
+		/* A new daemon takes us back: the budget is a lease again
+		 * (no limit while alone), and more pages are leased. */
+		WAIT_FOR(stats(pool).max_bytes != 0, 10);
+		CHECK(stats(pool).max_bytes != 0);
+		CHECK_EQ(sb_buf_map(b, 200 * MiB, 8 * MiB), 8 * MiB / PAGE);
+		CHECK(check_fill(x + 64 * MiB, 64 * MiB, 6));
+		mark("dies-back");
+		wait_mark("dies-exit", 60);
+	}
+	CHECK(check_fill(x, 16 * MiB, 5));
+	VERIFY(pool);
+	sb_pool_destroy(pool);
+	return 0;
+}
+
+/* Not root: the socket (0660 root:root) refuses us. */
+static int child_other_user(void)
+{
+	int err = 0;
+	struct sb_pool *pool;
+
+	if (setgid(65534) < 0 || setuid(65534) < 0)
+		return 3;
+	pool = connect_pool(0, &err);
+	CHECK(!pool);
+	CHECK_EQ(err, -EACCES);
+	return 0;
+}
+
+/* ---- the tests ---------------------------------------------------------- */
+
+static void test_basic(void)
+{
+	struct sbd_client_info ci[4];
+	struct sbd_status st;
+	struct sb_pool *pool;
+	struct sb_buf *b;
+	int err = 0;
+
+	start_daemon("256M");
+	pool = connect_pool(0, &err);
+	if (!pool)
+		FAIL("sb_pool_connect: %s", strerror(-err));
+	b = make_buf(pool, 1 * GiB, 0);
+	CHECK_EQ(sb_buf_map(b, 0, 32 * MiB), 32 * MiB / PAGE);
+	memset((char *)sb_buf_addr(b) + 32 * MiB, 1, 16 * MiB);	/* faults */
+	CHECK_EQ(status(&st, ci, 4), 1);
+	CHECK_EQ(ci[0].pid, getpid());
+	CHECK(ci[0].bytes >= stats(pool).bytes_resident);
+	CHECK(ci[0].bytes >= 48 * MiB);
+	CHECK(st.bytes_used == ci[0].bytes && st.bytes_used <= st.max_bytes);
+	CHECK_EQ(st.max_bytes, 256 * MiB);
+	/* The pool's budget is its lease. */
+	CHECK_EQ(stats(pool).max_bytes, ci[0].bytes);
+	VERIFY(pool);
+	/* Over the budget: refused (nothing evictable anywhere). */
+	CHECK_EQ(sb_buf_map(b, 512 * MiB, 256 * MiB), -ENOMEM);
+	CHECK(used_now() <= 256 * MiB);
+	sb_buf_destroy(b);
+	/* The unused lease goes back within the idle time (2 s). */
+	WAIT_FOR(used_now() < 16 * MiB, 5);
+	CHECK(used_now() < 16 * MiB);
+	sb_pool_destroy(pool);
+	WAIT_FOR(used_now() == 0, 2);
+	CHECK_EQ(used_now(), 0);
+	stop_daemon(SIGTERM);
+	CHECK(access(sock_path, F_OK) != 0);	/* it removed its socket */
+	printf("basic: lease follows use, refused past the budget\n");
+}
+
+/* An idle process's evictable pages go to disk for a busy one. */
+static void test_idle_gives(void)
+{
+	struct sb_pool *pool;
+	struct sb_buf *b;
+	uint64_t worst = 0;
+	int err = 0;
+	pid_t idle;
+
+	start_daemon("64M");
+	idle = spawn_child("idle_evictable", NULL);
+	wait_mark("idle-ready", 30);
+	pool = connect_pool(0, &err);
+	CHECK(pool);
+	b = make_buf(pool, 1 * GiB, 0);
+	/* 40 MiB in 4 MiB steps while the idle one holds 40 of the 64. */
+	for (size_t off = 0; off < 40 * MiB; off += 4 * MiB) {
+		uint64_t u;
+
+		CHECK_EQ(sb_buf_map(b, off, 4 * MiB), 4 * MiB / PAGE);
+		u = used_now();
+		worst = u > worst ? u : worst;
+		CHECK(u <= 64 * MiB);
+	}
+	fill(sb_buf_addr(b), 40 * MiB, 9);
+	printf("idle gives: 40 MiB placed under a 64 MiB budget beside an "
+	       "idle 40 MiB client; worst use %.1f MiB\n",
+	       (double)worst / MiB);
+	/* Now we let go, and the idle one reads its pages back. */
+	CHECK(check_fill(sb_buf_addr(b), 40 * MiB, 9));
+	sb_pool_destroy(pool);
+	mark("idle-check");
+	CHECK_EQ(reap(idle, 60), 0);
+	stop_daemon(SIGTERM);
+}
+
+/* A client killed with SIGKILL: its pages back within 1 s. */
+static void test_client_killed(void)
+{
+	pid_t hog;
+	double t0;
+	int err = 0;
+	struct sb_pool *pool;
+	struct sb_buf *b;
+
+	start_daemon("64M");
+	hog = spawn_child("hog", NULL);
+	wait_mark("hog-ready", 30);
+	CHECK(used_now() >= 40 * MiB);
+	/* Nothing of the hog's can go: a request past it is refused, in
+	 * bounded time. */
+	pool = connect_pool(0, &err);
+	CHECK(pool);
+	b = make_buf(pool, 1 * GiB, 0);
+	t0 = now_s();
+	CHECK_EQ(sb_buf_map(b, 0, 32 * MiB), -ENOMEM);
+	CHECK(now_s() - t0 < 10);
+	printf("refused in %.0f ms with a hog holding 40 of 64 MiB\n",
+	       (now_s() - t0) * 1e3);
+	kill(hog, SIGKILL);
+	t0 = now_s();
+	waitpid(hog, NULL, 0);
+	WAIT_FOR(used_now() < 24 * MiB, 2);
+	CHECK(used_now() < 24 * MiB);
+	printf("killed client's pages back in %.1f ms\n", (now_s() - t0) * 1e3);
+	CHECK(now_s() - t0 < 1.0);
+	CHECK_EQ(sb_buf_map(b, 0, 32 * MiB), 32 * MiB / PAGE);
+	sb_pool_destroy(pool);
+	stop_daemon(SIGTERM);
+}
+
+/* The daemon killed under a client, and restarted. */
+static void test_daemon_killed(void)
+{
+	char *env_local[] = {(char *)"SPARSEBUF_DAEMON_WAIT_MS=300", NULL};
+	char *env_fail[] = {(char *)"SPARSEBUF_DAEMON_WAIT_MS=300",
+			    (char *)"SPARSEBUF_DAEMON_FALLBACK=fail", NULL};
+	struct sbd_client_info ci[4];
+	struct sbd_status st;
+	pid_t c;
+
+	/* fallback=local, then a new daemon takes the client back */
+	start_daemon("256M");
+	c = spawn_child("daemon_dies", env_local);
+	wait_mark("dies-ready", 30);
+	stop_daemon(SIGKILL);
+	mark("dies-killed");
+	wait_mark("dies-mapped", 30);
+	start_daemon("256M");
+	mark("dies-restarted");
+	wait_mark("dies-back", 30);
+	CHECK_EQ(status(&st, ci, 4), 1);
+	CHECK_EQ(ci[0].pid, c);
+	/* It brought what it holds into the new daemon's accounting. */
+	CHECK(ci[0].bytes >= 16 * MiB + 64 * MiB + 8 * MiB);
+	CHECK(st.bytes_used <= st.max_bytes);
+	mark("dies-exit");
+	CHECK_EQ(reap(c, 30), 0);
+	WAIT_FOR(used_now() == 0, 2);
+	CHECK_EQ(used_now(), 0);
+
+	/* fallback=fail */
+	c = spawn_child("daemon_dies", env_fail);
+	wait_mark("dies-fail-ready", 30);
+	stop_daemon(SIGKILL);
+	mark("dies-fail-killed");
+	CHECK_EQ(reap(c, 30), 0);
+	printf("daemon killed: pages intact, fallback local and fail, "
+	       "taken back by a new daemon\n");
+}
+
+/* Garbage on the socket: that connection is dropped, others served. */
+static void test_garbage(void)
+{
+	static const unsigned char junk[][64] = {
+		{0},
+		{'h', 'e', 'l', 'l', 'o'},
+		{0x31, 0x44, 0x42, 0x53, 99, 0},
+	};
+	struct sb_pool *pool;
+	struct sb_buf *b;
+	int err = 0;
+	char buf[256];
+
+	start_daemon("64M");
+	pool = connect_pool(0, &err);
+	CHECK(pool);
+	b = make_buf(pool, 1 * GiB, 0);
+	for (size_t k = 0; k < sizeof(junk) / sizeof(junk[0]); k++) {
+		int fd = connect_sock(sock_path);
+
+		CHECK(fd >= 0);
+		CHECK(send(fd, junk[k], sizeof(junk[k]), 0) > 0);
+		/* The daemon hangs up on it. */
+		CHECK_EQ(recv(fd, buf, sizeof(buf), 0), 0);
+		close(fd);
+	}
+	{
+		/* A well-formed LEASE before HELLO, and a RETURN of more
+		 * than was leased. */
+		struct sbd_msg m = {.magic = SBD_MAGIC, .type = SBD_LEASE,
+				    .seq = 5, .a = PAGE, .b = PAGE};
+		int fd = connect_sock(sock_path);
+
+		CHECK_EQ(sbd_send(fd, &m, NULL, -1), 0);
+		CHECK_EQ(recv(fd, buf, sizeof(buf), 0), 0);
+		close(fd);
+	}
+	CHECK_EQ(sb_buf_map(b, 0, 8 * MiB), 8 * MiB / PAGE);
+	CHECK(used_now() >= 8 * MiB);
+	sb_pool_destroy(pool);
+	stop_daemon(SIGTERM);
+	printf("garbage: dropped, the other client still served\n");
+}
+
+static void test_default_pool(void)
+{
+	char env[PATH_MAX + 32];
+	char *extra[] = {env, NULL};
+	struct sbd_client_info ci[4];
+	struct sbd_status st;
+	pid_t c;
+
+	snprintf(env, sizeof(env), "SPARSEBUF_DAEMON=%s", sock_path);
+	start_daemon("128M");
+	c = spawn_child("default", extra);
+	wait_mark("default-ready", 30);
+	CHECK_EQ(status(&st, ci, 4), 1);
+	CHECK_EQ(ci[0].pid, c);
+	CHECK(ci[0].bytes >= 8 * MiB);
+	mark("default-exit");
+	CHECK_EQ(reap(c, 30), 0);
+	stop_daemon(SIGTERM);
+	printf("SPARSEBUF_DAEMON: the default pool is a client\n");
+}
+
+static void test_permissions(void)
+{
+	struct stat sst;
+	int st;
+
+	start_daemon("64M");
+	CHECK_EQ(stat(sock_path, &sst), 0);
+	CHECK_EQ(sst.st_mode & 0777, 0660);
+	if (geteuid() != 0) {
+		printf("permissions: mode 0660 (not root: no other user to "
+		       "try)\n");
+	} else {
+		/* nobody may search the directory, not the socket */
+		chmod(dir, 0755);
+		st = run_child_env("other_user", NULL, 30, NULL, 0);
+		CHECK_EQ(child_exit_code(st), 0);
+		printf("permissions: 0660, another user refused (EACCES)\n");
+	}
+	stop_daemon(SIGTERM);
+}
+
+static int child(const char *name)
+{
+	snprintf(dir, sizeof(dir), "%.40s", getenv("SBD_TEST_DIR"));
+	snprintf(sock_path, sizeof(sock_path), "%s/sock", dir);
+	if (!strcmp(name, "idle_evictable"))
+		return child_idle_evictable();
+	if (!strcmp(name, "hog"))
+		return child_hog();
+	if (!strcmp(name, "default"))
+		return child_default();
+	if (!strcmp(name, "daemon_dies"))
+		return child_daemon_dies();
+	if (!strcmp(name, "other_user"))
+		return child_other_user();
+	return 2;
+}
+
+static int main_test(void)
+{
+	char exe[PATH_MAX];
+
+	require_uffd();
+	if (!realpath("/proc/self/exe", exe))
+		FAIL("realpath /proc/self/exe");
+	snprintf(daemon_bin, sizeof(daemon_bin), "%s/../bin/sparsebufd",
+		 dirname(exe));
+	if (access(daemon_bin, X_OK) != 0)
+		FAIL("%s: not built (make)", daemon_bin);
+	snprintf(dir, sizeof(dir), "/tmp/sbd-test-XXXXXX");
+	CHECK(mkdtemp(dir));
+	snprintf(sock_path, sizeof(sock_path), "%s/sock", dir);
+	setenv("SBD_TEST_DIR", dir, 1);
+	signal(SIGPIPE, SIG_IGN);
+	atexit(kill_daemon);
+
+	test_basic();
+	test_idle_gives();
+	test_client_killed();
+	test_daemon_killed();
+	test_garbage();
+	test_default_pool();
+	test_permissions();
+
+	if (daemon_pid)
+		stop_daemon(SIGTERM);
+	{
+		char cmd[PATH_MAX + 16];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", dir);
+	}
+	printf("sparsebufd: every case passed\n");
+	return 0;
+}

@@ -1,0 +1,254 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sparsebufctl: ask sparsebufd how the machine's memory budget is spent.
+ *
+ *   sparsebufctl -s PATH status [--json]
+ *   sparsebufctl -s PATH wait [--timeout MS]
+ *
+ * status: the budget, what is leased, resident and on disk, and one line
+ * per client process (pid, uid, bytes leased, resident, in use, on disk,
+ * idle time). A user other than root and the daemon's sees only the
+ * processes of its own uid. wait: until a daemon answers at PATH (for
+ * scripts that start one), exit 1 after the timeout.
+ */
+#include "cli.h"
+#include "dproto.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { O_SOCKET = 1, O_JSON, O_TIMEOUT };
+
+static const struct sbc_opt opts[] = {
+	{O_SOCKET, "-s", "PATH", "the daemon's socket (default: "
+	 "$SPARSEBUF_DAEMON)"},
+	{O_SOCKET, "--socket", "PATH", "the same"},
+	{O_JSON, "--json", NULL, "status as one JSON object"},
+	{O_TIMEOUT, "--timeout", "MS", "wait: give up after MS (default 5000)"},
+	{0, NULL, NULL, NULL},
+};
+
+static int connect_to(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+/* Send m, wait for its reply into buf; the reply's size or -errno. */
+static long ask(int fd, struct sbd_msg *m, char *buf, size_t cap)
+{
+	struct pollfd p = {fd, POLLIN, 0};
+	struct sbd_msg rep;
+	int rfd, r;
+	long n;
+
+	m->magic = SBD_MAGIC;
+	r = sbd_send(fd, m, NULL, -1);
+	if (r < 0)
+		return r;
+	if (poll(&p, 1, 5000) != 1)
+		return -ETIMEDOUT;
+	n = sbd_recv(fd, buf, cap, &rfd);
+	if (rfd >= 0)
+		close(rfd);
+	if (n <= 0)
+		return n ? n : -ECONNRESET;
+	r = sbd_msg_check(buf, (size_t)n, rfd >= 0, true, &rep);
+	if (r < 0)
+		return r;
+	if (rep.type != SBD_REPLY || rep.seq != m->seq)
+		return -EPROTO;
+	return rep.err < 0 ? rep.err : n;
+}
+
+static int hello(const char *path, char *buf, size_t cap)
+{
+	struct sbd_msg m = {.type = SBD_HELLO, .seq = 1, .a = SBD_VERSION,
+			    .d = SBD_HELLO_CONTROL};
+	int fd = connect_to(path);
+	long n;
+
+	if (fd < 0)
+		return fd;
+	n = ask(fd, &m, buf, cap);
+	if (n < 0) {
+		close(fd);
+		return (int)n;
+	}
+	return fd;
+}
+
+static double mib(uint64_t b)
+{
+	return (double)b / (1 << 20);
+}
+
+static int status(const char *path, bool json)
+{
+	static char buf[sizeof(struct sbd_msg) + SBD_MAX_PAYLOAD];
+	struct sbd_msg m = {.type = SBD_STATUS, .seq = 2};
+	const struct sbd_status *st;
+	const struct sbd_client_info *ci;
+	int fd = hello(path, buf, sizeof(buf));
+	long n;
+
+	if (fd < 0) {
+		fprintf(stderr, "sparsebufctl: %s: %s\n", path, strerror(-fd));
+		return 1;
+	}
+	n = ask(fd, &m, buf, sizeof(buf));
+	close(fd);
+	if (n < 0 || (size_t)n < sizeof(m) + sizeof(*st)) {
+		fprintf(stderr, "sparsebufctl: %s: status: %s\n", path,
+			strerror(n < 0 ? (int)-n : EPROTO));
+		return 1;
+	}
+	st = (const struct sbd_status *)(buf + sizeof(m));
+	ci = (const struct sbd_client_info *)(st + 1);
+	if ((size_t)n != sizeof(m) + sizeof(*st) + st->nclients * sizeof(*ci)) {
+		fprintf(stderr, "sparsebufctl: %s: a malformed status\n", path);
+		return 1;
+	}
+	if (json) {
+		printf("{\"max_bytes\": %llu, \"bytes_used\": %llu, "
+		       "\"bytes_resident\": %llu, \"bytes_shared\": %llu, "
+		       "\"bytes_spilled\": %llu, \"page_size\": %llu, "
+		       "\"uptime_ms\": %llu, \"reclaims\": %llu, "
+		       "\"refused\": %llu, \"clients\": [",
+		       (unsigned long long)st->max_bytes,
+		       (unsigned long long)st->bytes_used,
+		       (unsigned long long)st->bytes_resident,
+		       (unsigned long long)st->bytes_shared,
+		       (unsigned long long)st->bytes_spilled,
+		       (unsigned long long)st->page_size,
+		       (unsigned long long)st->uptime_ms,
+		       (unsigned long long)st->reclaims,
+		       (unsigned long long)st->refused);
+		for (uint64_t i = 0; i < st->nclients; i++)
+			printf("%s{\"pid\": %d, \"uid\": %u, \"id\": %u, "
+			       "\"page_size\": %u, \"bytes\": %llu, "
+			       "\"resident\": %llu, \"used\": %llu, "
+			       "\"spilled\": %llu, \"idle_ms\": %llu}",
+			       i ? ", " : "", ci[i].pid, ci[i].uid, ci[i].id,
+			       ci[i].page_size,
+			       (unsigned long long)ci[i].bytes,
+			       (unsigned long long)ci[i].resident,
+			       (unsigned long long)ci[i].used,
+			       (unsigned long long)ci[i].spilled,
+			       (unsigned long long)ci[i].idle_ms);
+		printf("]}\n");
+		return 0;
+	}
+	printf("budget %.1f MiB: leased %.1f MiB (%.0f%%), resident %.1f MiB, "
+	       "shared %.1f MiB, on disk %.1f MiB\n",
+	       mib(st->max_bytes), mib(st->bytes_used),
+	       st->max_bytes ? 100.0 * (double)st->bytes_used /
+				       (double)st->max_bytes
+			     : 0.0,
+	       mib(st->bytes_resident), mib(st->bytes_shared),
+	       mib(st->bytes_spilled));
+	printf("%llu client(s); %llu reclaim request(s), %llu lease(s) "
+	       "refused; up %.1f s\n",
+	       (unsigned long long)st->nclients,
+	       (unsigned long long)st->reclaims,
+	       (unsigned long long)st->refused,
+	       (double)st->uptime_ms / 1000);
+	if (st->nclients)
+		printf("%8s %6s %10s %10s %10s %10s %8s\n", "pid", "uid",
+		       "MiB", "resident", "used", "on disk", "idle s");
+	for (uint64_t i = 0; i < st->nclients; i++)
+		printf("%8d %6u %10.1f %10.1f %10.1f %10.1f %8.1f\n",
+		       ci[i].pid, ci[i].uid, mib(ci[i].bytes),
+		       mib(ci[i].resident), mib(ci[i].used),
+		       mib(ci[i].spilled), (double)ci[i].idle_ms / 1000);
+	return 0;
+}
+
+static int wait_daemon(const char *path, long long timeout_ms)
+{
+	static char buf[sizeof(struct sbd_msg) + 64];
+	struct timespec t0, t;
+	int fd;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		fd = hello(path, buf, sizeof(buf));
+		if (fd >= 0) {
+			close(fd);
+			return 0;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000 +
+			    (t.tv_nsec - t0.tv_nsec) / 1000000 >=
+		    timeout_ms) {
+			fprintf(stderr, "sparsebufctl: no daemon at %s after "
+				"%lld ms: %s\n", path, timeout_ms,
+				strerror(-fd));
+			return 1;
+		}
+		usleep(20000);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	struct sbc cli = {
+		.prog = "sparsebufctl",
+		.usage = "-s PATH status [--json]\n-s PATH wait [--timeout MS]",
+		.about = "Ask sparsebufd how the machine's memory budget is "
+			 "spent, or wait for one to answer.",
+		.opts = opts,
+	};
+	const char *path = getenv("SPARSEBUF_DAEMON"), *cmd = NULL, *val;
+	long long timeout = 5000;
+	bool json = false;
+	int id;
+
+	sbc_init(&cli, argc, argv);
+	while ((id = sbc_next(&cli, &val)) != SBC_END) {
+		switch (id) {
+		case O_SOCKET:
+			path = val;
+			break;
+		case O_JSON:
+			json = true;
+			break;
+		case O_TIMEOUT:
+			timeout = sbc_int(&cli, val, 0, 3600 * 1000);
+			break;
+		case SBC_ARG:
+			if (cmd)
+				sbc_fail(&cli, "unexpected argument '%s'", val);
+			cmd = val;
+			break;
+		}
+	}
+	if (!path || !*path)
+		sbc_fail(&cli, "no socket: -s PATH or SPARSEBUF_DAEMON");
+	if (!cmd || !strcmp(cmd, "status"))
+		return status(path, json);
+	if (!strcmp(cmd, "wait"))
+		return wait_daemon(path, timeout);
+	sbc_fail(&cli, "unknown command '%s' (status, wait)", cmd);
+}
