@@ -85,7 +85,7 @@ build-all: lib $(TOOLS) tests bench-bin $(EXTRA_ALL) man
 # Man pages: section 3 from the public headers' comments (one page per
 # function), section 1 from each tool's --help, section 7 written by hand.
 MAN_DATE := 2026-11-25
-MAN1_TOOLS := $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sparsebuf-stat $(BUILD)/bin/sbrun $(FLASH_BIN)
+MAN1_TOOLS := $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sparsebuf-stat $(BUILD)/bin/sbrun $(FLASH_BIN) $(DAEMON_BIN)
 man: $(BUILD)/man/.stamp
 $(BUILD)/man/.stamp: lib/include/sparsebuf.h lib/include/sparsebuf_kv.h \
 		scripts/mkman3.awk scripts/mkman1.sh man/sparsebuf.7 $(MAN1_TOOLS)
@@ -147,7 +147,7 @@ $(BUILD)/tests/numa2-guest: tests/numa2/guest.c $(LIB_A)
 $(BUILD)/bench/%: bench/%.c $(LIB_A) $(EXTRA_A) $(RUNNER_OBJ) $(wildcard bench/*.h) $(COMMON_HDR)
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
-	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Irunner -o $@ $< $(LDFLAGS_ALL) $(RUNNER_OBJ) $(EXTRA_A) $(LIB_A) $(LIBS) -lm
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Irunner -Ilib -o $@ $< $(LDFLAGS_ALL) $(RUNNER_OBJ) $(EXTRA_A) $(LIB_A) $(LIBS) -lm
 
 $(BUILD)/bin/sparsebuf-info: tools/sparsebuf-info.c $(LIB_A) $(COMMON_A) $(COMMON_HDR)
 	@mkdir -p $(dir $@)
@@ -196,6 +196,10 @@ test: deps-test
 	@scripts/layers.sh $(BUILD)
 	@tests/run.sh $(BUILD)/tests
 
+# The suite again with every default pool a client of sparsebufd.
+test-daemon: test-build
+	@scripts/test-daemon.sh $(BUILD)
+
 # lib/'s layering (lib/LAYERS) against nm of its objects: no upward call,
 # no loop.
 layers: lib
@@ -205,7 +209,8 @@ test-build: lib tests $(TOOLS) bench-bin $(EXTRA_ALL) man $(NUMA2_GUEST)
 
 demo: deps-bench
 	@$(MAKE) --no-print-directory $(BUILD)/bin/sparsebuf-demo \
-		$(BUILD)/bin/sbrun $(BUILD)/bench/kv $(BUILD)/bench/sessions $(FLASH_BIN)
+		$(BUILD)/bin/sbrun $(BUILD)/bench/kv $(BUILD)/bench/sessions $(FLASH_BIN) \
+		$(DAEMON_BIN) $(BUILD)/bench/daemon
 	@demo/run.sh $(BUILD)
 
 # fork() tests start threads in the child of a threaded parent, which
@@ -255,7 +260,8 @@ sparsebuf.pc: Makefile
 # programs' own internals: not installed), the tools, and the licence.
 DOCDIR ?= $(PREFIX)/share/doc/sparsebuf
 MANDIR ?= $(PREFIX)/share/man
-install: lib $(KERNELS_A) $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sparsebuf-stat $(BUILD)/bin/sbrun $(FLASH_BIN) sparsebuf.pc man
+SYSTEMDDIR ?= $(PREFIX)/lib/systemd/system
+install: lib $(KERNELS_A) $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sparsebuf-stat $(BUILD)/bin/sbrun $(FLASH_BIN) $(DAEMON_BIN) sparsebuf.pc man
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) \
 		$(DESTDIR)$(DOCDIR)
 	install -m 644 lib/include/sparsebuf.h lib/include/sparsebuf_kv.h \
@@ -266,7 +272,11 @@ install: lib $(KERNELS_A) $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sparsebuf-sta
 	ln -sf libsparsebuf.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libsparsebuf.so
 	install -m 644 $(BUILD)/sparsebuf.pc $(BUILD)/sbkernels.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
 	install -m 755 $(BUILD)/bin/sparsebuf-info $(BUILD)/bin/sparsebuf-stat $(BUILD)/bin/sbrun $(FLASH_BIN) \
-		$(DESTDIR)$(BINDIR)/
+		$(DAEMON_BIN) $(DESTDIR)$(BINDIR)/
+	install -d $(DESTDIR)$(SYSTEMDDIR)
+	install -m 644 daemon/sparsebufd.socket $(DESTDIR)$(SYSTEMDDIR)/
+	sed 's|@BINDIR@|$(BINDIR)|' daemon/sparsebufd.service > $(DESTDIR)$(SYSTEMDDIR)/sparsebufd.service
+	chmod 644 $(DESTDIR)$(SYSTEMDDIR)/sparsebufd.service
 	install -m 644 LICENSE CHANGELOG.md README.md $(DESTDIR)$(DOCDIR)/
 	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man7
 	install -m 644 $(BUILD)/man/man1/*.1 $(DESTDIR)$(MANDIR)/man1/
@@ -285,6 +295,6 @@ clean:
 	rm -rf build build-asan build-tsan
 
 
-.PHONY: examples-check man lockcheck layers
+.PHONY: examples-check man lockcheck layers test-daemon
 .PHONY: all build-all lib tests bench-bin deps-check deps-test deps-bench test test-build demo asan tsan bench bench-pagein install format clean sparsebuf.pc
 .SECONDARY:

@@ -15,7 +15,11 @@
  * Then a streaming read over 1 GiB of placed pages against the same read
  * over plain anonymous memory.
  *
- * Usage: place [--size-mib N] [--spacing-us U] [--rounds R]
+ * With --daemon PATH, the explicit and demand cases again on a pool that
+ * is a client of the sparsebufd at PATH, against the local pool's times in
+ * the same rounds (target: within 1.2x).
+ *
+ * Usage: place [--size-mib N] [--spacing-us U] [--rounds R] [--daemon PATH]
  *        place --help | --version
  * Exit status: 0, 3 when a target is missed, 2 for a bad option.
  */
@@ -33,6 +37,7 @@ static size_t total = 1 << 30;
 static size_t page = 256 << 10;
 static double spacing = 200;
 static int rounds = 3;
+static const char *daemon_path;
 
 enum mode { KERNEL, EXPLICIT, DEMAND };
 
@@ -102,7 +107,7 @@ static double read_pass(const char *p, size_t len)
 	return (double)len / (bench_now_us() - t0) / 1e3;	/* GB/s */
 }
 
-enum { OPT_SIZE = 1, OPT_SPACING, OPT_ROUNDS };
+enum { OPT_SIZE = 1, OPT_SPACING, OPT_ROUNDS, OPT_DAEMON };
 
 static const struct sbc_opt opts[] = {
 	{OPT_SIZE, "--size-mib", "N", "MiB to grow (default 1024)"},
@@ -110,6 +115,8 @@ static const struct sbc_opt opts[] = {
 					   "between pages (default 200)"},
 	{OPT_ROUNDS, "--rounds", "R", "rounds, 1 to 16; the median is shown "
 				      "(default 3)"},
+	{OPT_DAEMON, "--daemon", "PATH", "also on a pool that is a client of "
+					 "the sparsebufd at PATH"},
 	{0},
 };
 
@@ -141,6 +148,9 @@ static void parse(int argc, char **argv)
 		case OPT_ROUNDS:
 			rounds = (int)sbc_int(&cli, v, 1, 16);
 			break;
+		case OPT_DAEMON:
+			daemon_path = v;
+			break;
 		}
 	}
 }
@@ -148,9 +158,9 @@ static void parse(int argc, char **argv)
 int main(int argc, char **argv)
 {
 	struct sb_pool_opts o;
-	struct sb_pool *pool;
+	struct sb_pool *pool, *client = NULL;
 	struct sb_stats d = {0};
-	double k[2][16], e[2][16], dm[2][16];
+	double k[2][16], e[2][16], dm[2][16], ce[16], cd[16];
 	/* Pages the caller prepared itself (no ready page): explicit, demand. */
 	unsigned long long prep[2][2] = {{0}};
 	int err, fails = 0;
@@ -162,6 +172,14 @@ int main(int argc, char **argv)
 	if (!pool) {
 		fprintf(stderr, "sb_pool_create: %s\n", strerror(-err));
 		return 1;
+	}
+	if (daemon_path) {
+		client = sb_pool_connect(daemon_path, &o, &err);
+		if (!client) {
+			fprintf(stderr, "sb_pool_connect %s: %s\n",
+				daemon_path, strerror(-err));
+			return 1;
+		}
 	}
 	printf("placement: %zu MiB grown %zu KiB at a time, %.0f us of "
 	       "computation between pages; median of %d rounds\n",
@@ -176,6 +194,10 @@ int main(int argc, char **argv)
 			prep[b][0] += d.sync_prepares;
 			dm[b][r] = grow(DEMAND, pool, sp, &d);
 			prep[b][1] += d.sync_prepares;
+		}
+		if (client) {
+			ce[r] = grow(EXPLICIT, client, spacing, &d);
+			cd[r] = grow(DEMAND, client, spacing, &d);
 		}
 	}
 	{
@@ -202,6 +224,19 @@ int main(int argc, char **argv)
 		printf("%-34s %12.1f %7.2fx %8s %6s\n", "burst: sparsebuf demand", db,
 		       db / kb, "report", "");
 		fails += !ok1 + !ok2;
+		if (client) {
+			double cs = median(ce, rounds), cds = median(cd, rounds);
+			bool ok3 = cs / es <= 1.2, ok4 = cds / ds <= 1.2;
+
+			printf("%-34s %12.1f %7.2fx %7s %6s  (ratio: to the "
+			       "local pool's)\n",
+			       "sparsebufd client, explicit", cs, cs / es,
+			       "<=1.2x", ok3 ? "PASS" : "FAIL");
+			printf("%-34s %12.1f %7.2fx %7s %6s\n",
+			       "sparsebufd client, demand", cds, cds / ds,
+			       "<=1.2x", ok4 ? "PASS" : "FAIL");
+			fails += !ok3 + !ok4;
+		}
 	}
 	{
 		struct sb_buf *buf = sb_buf_create(pool, total, 0, NULL);
@@ -233,5 +268,6 @@ int main(int argc, char **argv)
 		sb_buf_destroy(buf);
 	}
 	sb_pool_destroy(pool);
+	sb_pool_destroy(client);
 	return fails ? 3 : 0;
 }

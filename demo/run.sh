@@ -66,3 +66,6 @@ say "7. LLM in a flash: a 1.1 GiB model run under half its size, FFN neurons rea
 # predicted neurons, and sparsebuf prefetching the predicted bundles.
 bench/flash.sh --build "$build" --model-bytes 1G --steps 16 \
 	--out "$build/demo-flash" || true
+
+say "8. sparsebufd: one memory budget for several processes"
+demo/daemon.sh "$build" || echo "   sparsebufd demo: FAILED"

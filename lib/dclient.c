@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #define RECONNECT_MS 100
+#define STASH_MAX 4
 
 struct dheap {
 	int fd;
@@ -50,6 +51,7 @@ struct sbi_dclient {
 	pthread_mutex_t lock;		/* all below */
 	pthread_cond_t cond;		/* reply or connection changed */
 	int sock;			/* -1: not connected */
+	bool broken;			/* a send failed: the reader closes */
 	uint64_t gen;			/* connections made so far */
 	uint32_t id;			/* the daemon's name for us */
 	uint64_t daemon_max;
@@ -59,6 +61,11 @@ struct sbi_dclient {
 	int reply_fd;
 	struct dheap *heaps;
 	size_t nheaps, heap_cap;
+	/* Heap files fetched ahead (sbi_dclient_stash_heaps): a pool makes
+	 * a heap under its lock, where no round trip may happen. */
+	int stash[STASH_MAX];
+	uint64_t stash_bytes;
+	int nstash;
 };
 
 static uint64_t mono_ms(void)
@@ -151,12 +158,30 @@ fail:
 	return r;
 }
 
-/* The connection is gone: c->lock held. */
+/* Is the connection up? c->lock held. */
+static bool up(const struct sbi_dclient *c)
+{
+	return c->sock >= 0 && !c->broken;
+}
+
+/* A send failed: the connection is gone. Only the reader closes the
+ * socket (it may be in poll() on it, which a close() from another thread
+ * would not wake); shutdown() wakes it. c->lock held. */
+static void broken_locked(struct sbi_dclient *c)
+{
+	if (up(c))
+		shutdown(c->sock, SHUT_RDWR);
+	c->broken = true;
+	pthread_cond_broadcast(&c->cond);
+}
+
+/* The reader's part: close it. c->lock held. */
 static void drop_locked(struct sbi_dclient *c)
 {
 	if (c->sock >= 0)
 		close(c->sock);
 	c->sock = -1;
+	c->broken = false;
 	pthread_cond_broadcast(&c->cond);
 }
 
@@ -330,6 +355,8 @@ void sbi_dclient_close(struct sbi_dclient *c)
 		close(c->sock);
 	if (c->reply_fd >= 0)
 		close(c->reply_fd);
+	while (c->nstash)
+		close(c->stash[--c->nstash]);
 	free(c->heaps);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);
@@ -345,16 +372,18 @@ void sbi_dclient_fork_child(struct sbi_dclient *c)
 	if (c->sock >= 0)
 		close(c->sock);
 	close(c->quit_fd);
+	for (int i = 0; i < c->nstash; i++)
+		close(c->stash[i]);
 }
 
 bool sbi_dclient_connected(struct sbi_dclient *c)
 {
-	bool up;
+	bool is_up;
 
 	pthread_mutex_lock(&c->lock);
-	up = c->sock >= 0;
+	is_up = up(c);
 	pthread_mutex_unlock(&c->lock);
-	return up;
+	return is_up;
 }
 
 const char *sbi_dclient_path(const struct sbi_dclient *c)
@@ -379,9 +408,9 @@ static int request(struct sbi_dclient *c, struct sbd_msg *req,
 	for (;;) {
 		uint64_t gen;
 
-		while (c->sock < 0 && r != ETIMEDOUT)
+		while (!up(c) && r != ETIMEDOUT)
 			r = pthread_cond_timedwait(&c->cond, &c->lock, &dl);
-		if (c->sock < 0) {
+		if (!up(c)) {
 			r = -ENOTCONN;
 			break;
 		}
@@ -393,11 +422,11 @@ static int request(struct sbi_dclient *c, struct sbd_msg *req,
 		gen = c->gen;
 		r = sbd_send(c->sock, req, NULL, -1);
 		if (r < 0) {
-			drop_locked(c);	/* the reader reconnects */
+			broken_locked(c);	/* the reader reconnects */
 			r = 0;
 			continue;
 		}
-		while (!c->have_reply && c->gen == gen && c->sock >= 0 &&
+		while (!c->have_reply && c->gen == gen && up(c) &&
 		       r != ETIMEDOUT)
 			r = pthread_cond_timedwait(&c->cond, &c->lock, &dl);
 		if (c->have_reply) {
@@ -413,7 +442,7 @@ static int request(struct sbi_dclient *c, struct sbd_msg *req,
 		}
 		c->want_seq = 0;
 		if (r == ETIMEDOUT) {
-			r = c->sock < 0 ? -ENOTCONN : -ETIMEDOUT;
+			r = !up(c) ? -ENOTCONN : -ETIMEDOUT;
 			break;
 		}
 		r = 0;	/* the connection changed: ask the new daemon */
@@ -453,9 +482,14 @@ void sbi_dclient_tell(struct sbi_dclient *c, unsigned type, uint64_t a,
 
 	pthread_mutex_lock(&c->lock);
 	/* Lost when there is no daemon: a new one learns what we hold from
-	 * the HELLO. */
-	if (c->sock >= 0 && sbd_send(c->sock, &m, NULL, -1) < 0)
-		drop_locked(c);
+	 * the HELLO. Never waits (callers may hold a pool's lock): a daemon
+	 * that stopped reading misses it, and counts more than we hold. */
+	if (up(c)) {
+		int r = sbd_send_nowait(c->sock, &m);
+
+		if (r < 0 && r != -EAGAIN)
+			broken_locked(c);
+	}
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -519,12 +553,56 @@ void sbi_dclient_heap_free(struct sbi_dclient *c, int fd)
 			break;
 		}
 	/* A heap from an earlier daemon is not this one's to free. */
-	if (id && gen == c->gen && c->sock >= 0) {
+	if (id && gen == c->gen && up(c)) {
 		struct sbd_msg m = {.magic = SBD_MAGIC, .type = SBD_HEAP_FREE,
 				    .a = id};
 
-		if (sbd_send(c->sock, &m, NULL, -1) < 0)
-			drop_locked(c);
+		int r = sbd_send_nowait(c->sock, &m);
+
+		if (r < 0 && r != -EAGAIN)
+			broken_locked(c);
 	}
 	pthread_mutex_unlock(&c->lock);
+}
+
+int sbi_dclient_take_heap(struct sbi_dclient *c, uint64_t bytes)
+{
+	int fd = -EAGAIN;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->nstash && c->stash_bytes == bytes)
+		fd = c->stash[--c->nstash];
+	pthread_mutex_unlock(&c->lock);
+	return fd;
+}
+
+void sbi_dclient_stash_heaps(struct sbi_dclient *c, uint64_t bytes, int want)
+{
+	if (want > STASH_MAX)
+		want = STASH_MAX;
+	for (;;) {
+		int n, fd;
+
+		pthread_mutex_lock(&c->lock);
+		n = c->stash_bytes == bytes ? c->nstash : 0;
+		pthread_mutex_unlock(&c->lock);
+		if (n >= want)
+			return;
+		fd = sbi_dclient_heap(c, bytes, 200);
+		if (fd < 0)
+			return;
+		pthread_mutex_lock(&c->lock);
+		if (c->stash_bytes != bytes) {
+			while (c->nstash)
+				close(c->stash[--c->nstash]);
+			c->stash_bytes = bytes;
+		}
+		if (c->nstash < STASH_MAX) {
+			c->stash[c->nstash++] = fd;
+			fd = -1;
+		}
+		pthread_mutex_unlock(&c->lock);
+		if (fd >= 0)
+			sbi_dclient_heap_free(c, fd);	/* (cannot happen) */
+	}
 }

@@ -97,7 +97,21 @@ int sbd_msg_check(const void *buf, size_t n, unsigned nfds, bool from_daemon,
 	return 0;
 }
 
+static int send_flags(int sock, const struct sbd_msg *m, const void *payload,
+		      int fd, int flags);
+
 int sbd_send(int sock, const struct sbd_msg *m, const void *payload, int fd)
+{
+	return send_flags(sock, m, payload, fd, 0);
+}
+
+int sbd_send_nowait(int sock, const struct sbd_msg *m)
+{
+	return send_flags(sock, m, NULL, -1, MSG_DONTWAIT);
+}
+
+static int send_flags(int sock, const struct sbd_msg *m, const void *payload,
+		      int fd, int flags)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
@@ -126,7 +140,7 @@ int sbd_send(int sock, const struct sbd_msg *m, const void *payload, int fd)
 		memcpy(CMSG_DATA(c), &fd, sizeof(int));
 	}
 	do
-		r = sendmsg(sock, &mh, MSG_NOSIGNAL);
+		r = sendmsg(sock, &mh, MSG_NOSIGNAL | flags);
 	while (r < 0 && errno == EINTR);
 	if (r < 0)
 		return -errno;

@@ -77,6 +77,7 @@ struct sbd_status {
 	uint64_t uptime_ms;
 	uint64_t reclaims;	/* RECLAIM requests sent */
 	uint64_t refused;	/* leases answered -ENOMEM */
+	uint64_t clients_total;	/* connections served since start */
 };
 
 struct sbd_client_info {
@@ -116,6 +117,10 @@ int sbd_send(int sock, const struct sbd_msg *m, const void *payload, int fd);
  * with nothing to read, -EMSGSIZE for a truncated message or one with too
  * many descriptors, which are closed).
  */
+/* The same without waiting for room (a message that wants no reply, sent
+ * under a lock): -EAGAIN when the peer is not reading. */
+int sbd_send_nowait(int sock, const struct sbd_msg *m);
+
 long sbd_recv(int sock, void *buf, size_t cap, int *fd);
 
 const char *sbd_type_name(unsigned type);

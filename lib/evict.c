@@ -631,14 +631,16 @@ int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
 		r = sbi_pool_alloc(pool, buf, hint1, n, out, flags);
 		if (r != -EDQUOT)
 			return r;	/* a page, or the kernel said no */
-		if (pool->client) {
-			/* A daemon's client: more lease first (lease.c). */
+		if (pool->client && !(flags & SBI_ALLOC_LEASED)) {
+			/* A daemon's client: more lease first (lease.c);
+			 * refused, any page with memory, then eviction. */
 			r = sbi_lease_more(pool, n,
 					   flags & SBI_ALLOC_NOWAIT);
-			if (r > 0)
-				continue;
 			if (r < 0)
 				return r;
+			if (r == 0)
+				flags |= SBI_ALLOC_LEASED;
+			continue;
 		}
 		if (!atomic_load(&pool->n_evictable) ||
 		    n > __atomic_load_n(&pool->max_pages, __ATOMIC_RELAXED))

@@ -245,6 +245,11 @@ void sbi_dclient_tell(struct sbi_dclient *c, unsigned type, uint64_t a,
 		      uint64_t b, uint64_t resident, uint64_t used);
 /* A heap file of bytes from the daemon: its descriptor, or -errno. */
 int sbi_dclient_heap(struct sbi_dclient *c, uint64_t bytes, int wait_ms);
+/* Keep want heap files of bytes fetched ahead (the lease thread), and take
+ * one without a round trip (the page source, under the pool's lock):
+ * -EAGAIN when none is at hand. */
+void sbi_dclient_stash_heaps(struct sbi_dclient *c, uint64_t bytes, int want);
+int sbi_dclient_take_heap(struct sbi_dclient *c, uint64_t bytes);
 /* The heap file fd is given back (every page punched). */
 void sbi_dclient_heap_free(struct sbi_dclient *c, int fd);
 
@@ -493,6 +498,11 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
  * ahead, prefetch without WAIT), which must not hold their buffer's lock
  * while another buffer is busy. */
 #define SBI_ALLOC_NOWAIT (1u << 2)
+/* A daemon's client at its lease: a free page that has memory anywhere
+ * will do. Without it, a client pool whose lease may grow asks for more
+ * (-EDQUOT) rather than break the buffer's run of heap pages (which would
+ * cost a mapping). Set by sbi_alloc once the daemon said no. */
+#define SBI_ALLOC_LEASED (1u << 3)
 /* Add / drop one reference to each page. These take page-table form (pid
  * + 1, entries of 0 skipped). A page whose last reference goes returns to
  * the pool. */
@@ -625,6 +635,8 @@ int sbi_pool_verify(struct sb_pool *pool, char *why, size_t len);
  * SPARSEBUF_DAEMON_FALLBACK=fail. nowait: not while the daemon is away.
  * No pool lock held. */
 int sbi_lease_more(struct sb_pool *pool, size_t n, bool nowait);
+/* For tests: a client pool a daemon holds (connected, not fallen back). */
+bool sbi_pool_is_leased(struct sb_pool *pool);
 /* Give back the lease beyond resident + keep pages. Returns pages. */
 size_t sbi_lease_give_back(struct sb_pool *pool, size_t keep, bool reclaim);
 /* Become a client of c (the pool's source is c's): start the lease

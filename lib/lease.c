@@ -55,10 +55,8 @@ size_t sbi_lease_high(const struct sb_pool *pool)
 void sbi_lease_set(struct sb_pool *pool, size_t pages)
 {
 	SBI_HELD(&pool->lock);
+	/* (max_bytes stays the pool's own, as sb_pool_stats reports it.) */
 	__atomic_store_n(&pool->max_pages, pages, __ATOMIC_RELAXED);
-	__atomic_store_n(&pool->max_bytes,
-			 pages == SIZE_MAX ? 0 : pages << pool->page_shift,
-			 __ATOMIC_RELAXED);
 }
 
 /* No daemon answered: the fallback. pool->lock held. */
@@ -149,4 +147,15 @@ size_t sbi_lease_give_back(struct sb_pool *pool, size_t keep, bool reclaim)
 				 (uint64_t)resident << pool->page_shift,
 				 (uint64_t)used << pool->page_shift);
 	return give;
+}
+
+bool sbi_pool_is_leased(struct sb_pool *pool)
+{
+	bool r;
+
+	pthread_mutex_lock(&pool->lock);
+	r = pool->client && !pool->daemon_local &&
+	    sbi_dclient_connected(pool->client);
+	pthread_mutex_unlock(&pool->lock);
+	return r;
 }

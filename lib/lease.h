@@ -10,10 +10,10 @@ struct sbi_lease {
 	pthread_mutex_t lock;	/* the fields below; a leaf */
 	pthread_cond_t cond;	/* work for the lease thread */
 	bool stop;
-	bool lost;		/* the connection was lost */
+	bool report_now;	/* a new daemon: tell it what we hold */
 	uint64_t reclaim;	/* bytes the daemon asked back */
 	/* Lease thread only. */
-	uint64_t seen_alloc;	/* pool->alloc_seq at the last look */
+	size_t seen_used;	/* pool->used at the last look */
 	uint64_t report_ms;
 	size_t rep_resident, rep_used;
 	uint64_t refused_until_ms;	/* no background lease before */

@@ -38,33 +38,26 @@ static uint64_t cb_held(void *arg)
 	return held;
 }
 
-static void wake(struct sb_pool *pool, uint64_t reclaim, bool lost)
+static void cb_reclaim(void *arg, uint64_t bytes)
 {
+	struct sb_pool *pool = arg;
 	struct sbi_lease *l = pool->lease;
 
 	pthread_mutex_lock(&l->lock);
-	l->reclaim += reclaim;
-	l->lost |= lost;
+	l->reclaim += bytes;
 	pthread_cond_signal(&l->cond);
 	pthread_mutex_unlock(&l->lock);
-}
-
-static void cb_reclaim(void *arg, uint64_t bytes)
-{
-	wake(arg, bytes, false);
-}
-
-static void cb_lost(void *arg)
-{
-	wake(arg, 0, true);
 }
 
 static void cb_reconnected(void *arg)
 {
 	struct sb_pool *pool = arg;
+	struct sbi_lease *l = pool->lease;
 
-	pool->lease->report_ms = 0;	/* lease thread: report soon */
-	wake(pool, 0, false);
+	pthread_mutex_lock(&l->lock);
+	l->report_now = true;	/* the new daemon learns what we hold */
+	pthread_cond_signal(&l->cond);
+	pthread_mutex_unlock(&l->lock);
 }
 
 /* ---- the lease thread ------------------------------------------------------ */
@@ -120,7 +113,7 @@ static void maintain(struct sb_pool *pool, uint64_t now)
 {
 	struct sbi_lease *l = pool->lease;
 	size_t have, resident, used, slack, chunk;
-	uint64_t seq, granted;
+	uint64_t granted;
 	bool active;
 	int r;
 
@@ -132,10 +125,13 @@ static void maintain(struct sb_pool *pool, uint64_t now)
 	have = pool->max_pages;
 	resident = pool->resident;
 	used = pool->used;
-	seq = pool->alloc_seq;
 	pthread_mutex_unlock(&pool->lock);
-	active = seq != l->seen_alloc;
-	l->seen_alloc = seq;
+	/* Growing: more pages in use than at the last look. (Not any
+	 * allocation: pages read back after a reclaim are not growth, and
+	 * asking for lease then would take it back from the busy process the
+	 * reclaim was for.) */
+	active = used > l->seen_used;
+	l->seen_used = used;
 	slack = have > resident ? have - resident : 0;
 	if (active && slack < sbi_lease_low(pool) && have < pool->ceiling_pages &&
 	    now >= l->refused_until_ms) {
@@ -179,6 +175,7 @@ static void *lease_thread(void *arg)
 	pthread_mutex_lock(&l->lock);
 	while (!l->stop) {
 		uint64_t reclaim, now;
+		bool report_now;
 
 		if (!l->reclaim) {
 			clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -192,8 +189,9 @@ static void *lease_thread(void *arg)
 		if (l->stop)
 			break;
 		reclaim = l->reclaim;
+		report_now = l->report_now;
 		l->reclaim = 0;
-		l->lost = false;
+		l->report_now = false;
 		pthread_mutex_unlock(&l->lock);
 		now = sbi_lease_now_ms();
 		if (reclaim) {
@@ -201,7 +199,10 @@ static void *lease_thread(void *arg)
 			report(pool, now, true);
 		} else if (sbi_dclient_connected(pool->client)) {
 			maintain(pool, now);
-			report(pool, now, false);
+			report(pool, now, report_now);
+			/* The next heap ready (source.c takes it). */
+			sbi_dclient_stash_heaps(pool->client, pool->heap_size,
+						1);
 		}
 		pthread_mutex_lock(&l->lock);
 	}
@@ -216,7 +217,6 @@ int sbi_lease_start(struct sb_pool *pool, struct sbi_dclient *c)
 		.arg = pool,
 		.held = cb_held,
 		.reclaim = cb_reclaim,
-		.lost = cb_lost,
 		.reconnected = cb_reconnected,
 	};
 	pthread_condattr_t ca;

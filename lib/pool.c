@@ -408,6 +408,12 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 			}
 		}
 		if (pool->resident >= pool->max_pages) {
+			/* A client whose lease may grow: more lease first
+			 * (sbi_alloc), the run kept. */
+			if (pool->client && !(flags & SBI_ALLOC_LEASED) &&
+			    !pool->daemon_local &&
+			    pool->max_pages < pool->ceiling_pages)
+				return -EDQUOT;
 			/* At the budget: only a page that already has
 			 * memory will do, wherever it is. */
 			if (find_backed(pool, out, &busy)) {

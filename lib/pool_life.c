@@ -194,7 +194,6 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 		/* The budget is the lease (lease.c), within the ceiling. */
 		pool->ceiling_pages = pool->max_pages;
 		pool->max_pages = 0;
-		pool->max_bytes = 0;
 	}
 	pool->numa_node = opts->numa_node;
 	pool->can_wp = f->wp_shmem;

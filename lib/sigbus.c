@@ -24,7 +24,7 @@ void sbi_sigbus_note(struct sb_buf *buf, size_t idx, int err,
 {
 	struct sb_pool *pool = buf->pool;
 	uint64_t now = mono_ms(), last, n;
-	bool at_budget;
+	bool at_budget, machine;
 
 	/* Counted before the wake-up: the thread may look at once. */
 	n = atomic_fetch_add_explicit(&pool->n_sigbus, 1,
@@ -42,12 +42,25 @@ void sbi_sigbus_note(struct sb_buf *buf, size_t idx, int err,
 		return;
 	pthread_mutex_lock(&pool->lock);
 	at_budget = pool->used >= pool->max_pages;
+	/* A client below its own max_bytes: the machine's budget is out. */
+	machine = pool->client && pool->max_pages < pool->ceiling_pages;
 	pthread_mutex_unlock(&pool->lock);
 	if (!at_budget)
 		sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): no "
 			 "memory for a page, or no mapping for it "
 			 "(vm.max_map_count) (%llu SIGBUS so far)",
 			 pool->id, what, idx, buf->id, (unsigned long long)n);
+	else if (machine)
+		sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): the "
+			 "machine's budget (sparsebufd) is in use, no other "
+			 "process had pages to give back, and %s (%llu SIGBUS "
+			 "so far)",
+			 pool->id, what, idx, buf->id,
+			 atomic_load(&pool->n_evictable)
+				 ? "no page of an evictable buffer could go "
+				   "to disk"
+				 : "no buffer is SB_BUF_EVICTABLE",
+			 (unsigned long long)n);
 	else
 		sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): the "
 			 "budget of %zu KiB (max_bytes, SPARSEBUF_MAX_BYTES) is "

@@ -77,21 +77,15 @@ struct sbi_page_source sbi_memfd_source(void)
 
 /* ---- heaps from sparsebufd ------------------------------------------------ */
 
-/* How long a heap request waits for a daemon that is away before the pool
- * makes the heap itself: a heap is address space, and the budget is held
- * by the lease (lease.c), not by where heap files come from. */
-#define DAEMON_HEAP_WAIT_MS 2000
-
+/* A heap the lease thread fetched ahead (the pool makes heaps under its
+ * lock, where no round trip may happen); none at hand, or no daemon: the
+ * pool makes it itself. A heap is address space: the budget is held by
+ * the lease (lease.c), not by where heap files come from. */
 static int daemon_heap_fd(void *ctx, size_t bytes)
 {
-	struct sbi_dclient *c = ctx;
-	int fd = -ENOTCONN;
+	int fd = sbi_dclient_take_heap(ctx, bytes);
 
-	if (sbi_dclient_connected(c))
-		fd = sbi_dclient_heap(c, bytes, DAEMON_HEAP_WAIT_MS);
-	if (fd == -ENOTCONN || fd == -ETIMEDOUT)
-		fd = memfd_heap_fd(NULL, bytes);
-	return fd;
+	return fd >= 0 ? fd : memfd_heap_fd(NULL, bytes);
 }
 
 static void daemon_heap_release(void *ctx, int fd, size_t bytes)

@@ -103,7 +103,12 @@ static inline struct sb_pool *make_pool(size_t page, size_t heap,
 	o.heap_size = heap;
 	o.max_bytes = max;
 	o.numa_node = -1;
-	p = sb_pool_create(&o, &err);
+	/* scripts/test-daemon.sh: every test's pools are clients of a
+	 * sparsebufd, so that every call is tried on a client pool. */
+	if (getenv("SBTEST_DAEMON_POOLS") && getenv("SPARSEBUF_DAEMON"))
+		p = sb_pool_connect(getenv("SPARSEBUF_DAEMON"), &o, &err);
+	else
+		p = sb_pool_create(&o, &err);
 	if (!p)
 		FAIL("sb_pool_create(page %zu, heap %zu, max %zu): %s", page,
 		     heap, max, strerror(-err));

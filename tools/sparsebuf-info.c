@@ -234,6 +234,15 @@ int main(int argc, char **argv)
 	       : getenv("SPARSEBUF_SPILL_DIR") ? getenv("SPARSEBUF_SPILL_DIR")
 	       : getenv("TMPDIR")		? getenv("TMPDIR")
 						: "/tmp");
+	if (getenv("SPARSEBUF_DAEMON") && *getenv("SPARSEBUF_DAEMON")) {
+		const char *fb = getenv("SPARSEBUF_DAEMON_FALLBACK");
+
+		printf("  daemon:         %s (SPARSEBUF_DAEMON; without it: "
+		       "%s)\n", getenv("SPARSEBUF_DAEMON"),
+		       fb && !strcmp(fb, "fail") ? "fail" : "a local pool");
+	} else {
+		printf("  daemon:         none (a local pool)\n");
+	}
 	ok = err == 0;
 	printf("default pool:     %s%s\n", ok ? "ready" : "unavailable: ",
 	       ok ? "" : strerror(-err));

@@ -135,7 +135,8 @@ static int status(const char *path, bool json)
 		       "\"bytes_resident\": %llu, \"bytes_shared\": %llu, "
 		       "\"bytes_spilled\": %llu, \"page_size\": %llu, "
 		       "\"uptime_ms\": %llu, \"reclaims\": %llu, "
-		       "\"refused\": %llu, \"clients\": [",
+		       "\"refused\": %llu, \"clients_total\": %llu, "
+		       "\"clients\": [",
 		       (unsigned long long)st->max_bytes,
 		       (unsigned long long)st->bytes_used,
 		       (unsigned long long)st->bytes_resident,
@@ -144,7 +145,8 @@ static int status(const char *path, bool json)
 		       (unsigned long long)st->page_size,
 		       (unsigned long long)st->uptime_ms,
 		       (unsigned long long)st->reclaims,
-		       (unsigned long long)st->refused);
+		       (unsigned long long)st->refused,
+		       (unsigned long long)st->clients_total);
 		for (uint64_t i = 0; i < st->nclients; i++)
 			printf("%s{\"pid\": %d, \"uid\": %u, \"id\": %u, "
 			       "\"page_size\": %u, \"bytes\": %llu, "
@@ -168,9 +170,10 @@ static int status(const char *path, bool json)
 			     : 0.0,
 	       mib(st->bytes_resident), mib(st->bytes_shared),
 	       mib(st->bytes_spilled));
-	printf("%llu client(s); %llu reclaim request(s), %llu lease(s) "
-	       "refused; up %.1f s\n",
+	printf("%llu client(s) now, %llu since start; %llu reclaim "
+	       "request(s), %llu lease request(s) refused; up %.1f s\n",
 	       (unsigned long long)st->nclients,
+	       (unsigned long long)st->clients_total,
 	       (unsigned long long)st->reclaims,
 	       (unsigned long long)st->refused,
 	       (double)st->uptime_ms / 1000);

@@ -1,0 +1,505 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sparsebufd under load: one budget shared by processes whose demand is
+ * skewed, the recovery of a killed client's pages, and the stall a
+ * growing client sees across a daemon restart. Starts its own daemon
+ * (build/bin/sparsebufd beside this program's directory) on a temporary
+ * socket.
+ *
+ *   skew      budget B. Process A grows an evictable buffer to 3/4 B and
+ *             goes idle; process B then grows a buffer to 3/4 B. The
+ *             daemon's accounting is sampled every millisecond throughout:
+ *             it must never exceed B, B must never be refused, and A's
+ *             data must read back intact (from disk). B's growth time per
+ *             MiB against the same growth with the budget to itself, in
+ *             the same run (the price of taking pages from an idle
+ *             process).
+ *   recovery  a client holding 1/2 B is killed (SIGKILL): the time until
+ *             the daemon has its pages back, median of 5 (target 1 s).
+ *   restart   a client grows one page every millisecond while the daemon
+ *             is killed and restarted 50 ms later: its worst sb_buf_map
+ *             against the worst of the same loop with no restart.
+ *
+ * With --client PATH (make demo), no benchmark: one client of the daemon
+ * at PATH that grows --mib N MiB (of an SB_BUF_EVICTABLE buffer with
+ * --evictable), says so, and holds them until SIGTERM, checking on exit
+ * that every page reads back as written.
+ *
+ * Usage: daemon [--budget-mib N]
+ *        daemon --client PATH --mib N [--evictable]
+ * Exit status: 0, 3 when a target is missed, 2 for a bad option.
+ */
+#include "bench.h"
+
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "dproto.h"
+#include "sparsebuf.h"
+
+#define PAGE ((size_t)256 << 10)
+#define MIB ((size_t)1 << 20)
+
+static size_t budget = (size_t)512 << 20;
+static char sock_path[108], daemon_bin[PATH_MAX], dir[64];
+static pid_t daemon_pid;
+extern char **environ;
+
+static int connect_sock(void)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	memcpy(sa.sun_path, sock_path, strlen(sock_path) + 1);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static void start_daemon(void)
+{
+	char max[32];
+	char *argv[] = {daemon_bin, (char *)"--socket", sock_path,
+			(char *)"--max-bytes", max, (char *)"--foreground",
+			NULL};
+	posix_spawn_file_actions_t fa;
+	int fd;
+
+	snprintf(max, sizeof(max), "%zuM", budget >> 20);
+	/* posix_spawn, not fork(): fork() runs the library's fork handlers,
+	 * which wait for allocations in flight, and an allocation of the
+	 * restart case waits for this very daemon. */
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+	if (posix_spawn(&daemon_pid, daemon_bin, &fa, NULL, argv, environ)) {
+		fprintf(stderr, "cannot start %s\n", daemon_bin);
+		exit(1);
+	}
+	posix_spawn_file_actions_destroy(&fa);
+	for (int i = 0; (fd = connect_sock()) < 0; i++) {
+		if (i > 2000) {
+			fprintf(stderr, "no daemon at %s\n", sock_path);
+			exit(1);
+		}
+		usleep(1000);
+	}
+	close(fd);
+}
+
+static void kill_daemon(int sig)
+{
+	kill(daemon_pid, sig);
+	waitpid(daemon_pid, NULL, 0);
+	daemon_pid = 0;
+}
+
+static void at_exit(void)
+{
+	if (daemon_pid > 0)
+		kill(daemon_pid, SIGKILL);
+}
+
+/* A control connection for status, kept open (one per sampler). */
+static int control(void)
+{
+	char buf[sizeof(struct sbd_msg) + 64];
+	struct sbd_msg m = {.magic = SBD_MAGIC, .type = SBD_HELLO, .seq = 1,
+			    .a = SBD_VERSION, .d = SBD_HELLO_CONTROL};
+	int fd = connect_sock(), rfd;
+
+	if (fd < 0 || sbd_send(fd, &m, NULL, -1) < 0 ||
+	    sbd_recv(fd, buf, sizeof(buf), &rfd) <= 0)
+		abort();
+	return fd;
+}
+
+static uint64_t used_bytes(int fd)
+{
+	static _Thread_local char buf[sizeof(struct sbd_msg) + SBD_MAX_PAYLOAD];
+	struct sbd_msg m = {.magic = SBD_MAGIC, .type = SBD_STATUS, .seq = 2};
+	struct sbd_status st;
+	int rfd;
+	long n;
+
+	if (sbd_send(fd, &m, NULL, -1) < 0)
+		abort();
+	n = sbd_recv(fd, buf, sizeof(buf), &rfd);
+	if (n < (long)(sizeof(m) + sizeof(st)))
+		abort();
+	memcpy(&st, buf + sizeof(m), sizeof(st));
+	return st.bytes_used;
+}
+
+static struct sb_pool *client_pool(void)
+{
+	struct sb_pool_opts o;
+	struct sb_pool *p;
+	int err = 0;
+
+	sb_pool_opts_init(&o);
+	o.page_size = PAGE;
+	o.spill_dir = dir;
+	p = sb_pool_connect(sock_path, &o, &err);
+	if (!p) {
+		fprintf(stderr, "sb_pool_connect: %s\n", strerror(-err));
+		exit(1);
+	}
+	return p;
+}
+
+static void fill(char *p, size_t len, uint64_t seed)
+{
+	for (size_t i = 0; i < len; i += 4096)
+		memcpy(p + i, &(uint64_t){seed ^ i}, 8);
+}
+
+static bool check(const char *p, size_t len, uint64_t seed)
+{
+	for (size_t i = 0; i < len; i += 4096) {
+		uint64_t v;
+
+		memcpy(&v, p + i, 8);
+		if (v != (seed ^ i))
+			return false;
+	}
+	return true;
+}
+
+/* Grow buf to len a page at a time; us per MiB, or -1 if refused. */
+static double grow(struct sb_buf *b, size_t len)
+{
+	double t0 = bench_now_us();
+
+	for (size_t off = 0; off < len; off += PAGE)
+		if (sb_buf_map(b, off, PAGE) != 1)
+			return -1;
+	return (bench_now_us() - t0) / (double)(len / MIB);
+}
+
+/* ---- skew ----------------------------------------------------------------- */
+
+static atomic_bool sampling;
+static _Atomic uint64_t worst_used, samples;
+
+static void *sampler(void *arg)
+{
+	int fd = control();
+
+	(void)arg;
+	while (atomic_load(&sampling)) {
+		uint64_t u = used_bytes(fd);
+
+		if (u > atomic_load(&worst_used))
+			atomic_store(&worst_used, u);
+		atomic_fetch_add(&samples, 1);
+		usleep(1000);
+	}
+	close(fd);
+	return NULL;
+}
+
+static int skew(void)
+{
+	size_t part = budget / 4 * 3;
+	int pipe_a[2], pipe_b[2], st, fails = 0;
+	double alone, shared;
+	pthread_t th;
+	pid_t a;
+	char c;
+
+	/* B alone first: the same growth with the budget to itself. */
+	{
+		struct sb_pool *p = client_pool();
+		struct sb_buf *b = sb_buf_create(p, 4 * part, 0, NULL);
+
+		alone = grow(b, part);
+		sb_pool_destroy(p);
+		(void)b;
+	}
+	if (pipe(pipe_a) < 0 || pipe(pipe_b) < 0)
+		abort();
+	atomic_store(&sampling, true);
+	pthread_create(&th, NULL, sampler, NULL);
+	a = fork();
+	if (a == 0) {
+		struct sb_pool *p = client_pool();
+		struct sb_buf *b = sb_buf_create(p, 4 * part,
+						 SB_BUF_EVICTABLE, NULL);
+
+		if (!b || grow(b, part) < 0)
+			_exit(10);
+		fill(sb_buf_addr(b), part, 77);
+		if (write(pipe_a[1], "r", 1) != 1 ||
+		    read(pipe_b[0], &c, 1) != 1)
+			_exit(11);
+		_exit(check(sb_buf_addr(b), part, 77) ? 0 : 12);
+	}
+	if (read(pipe_a[0], &c, 1) != 1)
+		abort();
+	usleep(300 * 1000);	/* A is idle now */
+	{
+		struct sb_pool *p = client_pool();
+		struct sb_buf *b = sb_buf_create(p, 4 * part, 0, NULL);
+
+		shared = grow(b, part);
+		sb_pool_destroy(p);
+	}
+	if (write(pipe_b[1], "c", 1) != 1)
+		abort();
+	waitpid(a, &st, 0);
+	atomic_store(&sampling, false);
+	pthread_join(th, NULL);
+	printf("\nskew: budget %zu MiB; A grows %zu MiB of an evictable "
+	       "buffer and idles, then B grows %zu MiB\n",
+	       budget >> 20, part >> 20, part >> 20);
+	printf("%-44s %10s %8s %8s\n", "", "value", "target", "");
+	printf("%-44s %9.1f MiB %7s %8s  (%llu samples, 1 ms apart)\n",
+	       "worst machine-wide use", (double)worst_used / MIB, "<=budget",
+	       worst_used <= budget ? "PASS" : "FAIL",
+	       (unsigned long long)samples);
+	printf("%-44s %10s %8s %8s\n", "B refused", shared < 0 ? "yes" : "no",
+	       "no", shared >= 0 ? "PASS" : "FAIL");
+	printf("%-44s %10s %8s %8s\n", "A's data read back from disk",
+	       WIFEXITED(st) && !WEXITSTATUS(st) ? "intact" : "BAD", "intact",
+	       WIFEXITED(st) && !WEXITSTATUS(st) ? "PASS" : "FAIL");
+	if (shared >= 0)
+		printf("%-44s %7.0f us  %6.2fx %8s  (B alone: %.0f us/MiB)\n",
+		       "B's growth per MiB, taking A's pages", shared,
+		       shared / alone, "report", alone);
+	fails += worst_used > budget || shared < 0 ||
+		 !(WIFEXITED(st) && !WEXITSTATUS(st));
+	return fails;
+}
+
+/* ---- recovery ---------------------------------------------------------------- */
+
+static int cmp(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+static int recovery(void)
+{
+	double t[5];
+	int fd = control();
+
+	for (int r = 0; r < 5; r++) {
+		int pp[2];
+		char c;
+		pid_t pid;
+		double t0;
+
+		if (pipe(pp) < 0)
+			abort();
+		pid = fork();
+		if (pid == 0) {
+			struct sb_pool *p = client_pool();
+			struct sb_buf *b = sb_buf_create(p, budget, 0, NULL);
+
+			if (!b || sb_buf_map(b, 0, budget / 2) < 0)
+				_exit(1);
+			if (write(pp[1], "r", 1) != 1)
+				_exit(2);
+			pause();
+			_exit(0);
+		}
+		if (read(pp[0], &c, 1) != 1)
+			abort();
+		close(pp[0]);
+		close(pp[1]);
+		t0 = bench_now_us();
+		kill(pid, SIGKILL);
+		while (used_bytes(fd) >= budget / 2)
+			;
+		t[r] = (bench_now_us() - t0) / 1e3;
+		waitpid(pid, NULL, 0);
+		while (used_bytes(fd))
+			usleep(1000);
+	}
+	close(fd);
+	qsort(t, 5, sizeof(t[0]), cmp);
+	printf("\nrecovery: a client holding %zu MiB killed (SIGKILL)\n",
+	       budget >> 21);
+	printf("%-44s %7.2f ms %8s %8s  (min %.2f, max %.2f)\n",
+	       "pages back in the budget, median of 5", t[2], "<=1000",
+	       t[2] <= 1000 ? "PASS" : "FAIL", t[0], t[4]);
+	return t[2] > 1000;
+}
+
+/* ---- restart ------------------------------------------------------------------ */
+
+/* Kill the daemon after 100 ms, start a new one 50 ms later: on its own
+ * thread, while the client's thread keeps placing pages. */
+static void *restarter(void *arg)
+{
+	(void)arg;
+	usleep(100 * 1000);
+	kill_daemon(SIGKILL);
+	usleep(50 * 1000);
+	start_daemon();
+	return NULL;
+}
+
+/* Worst sb_buf_map (ms) of one page a millisecond, 400 times; with
+ * restart, across a daemon restart. */
+static double steady(bool restart, double *refused)
+{
+	struct sb_pool *p = client_pool();
+	struct sb_buf *b = sb_buf_create(p, (size_t)64 << 30, 0, NULL);
+	double worst = 0;
+	pthread_t th;
+
+	*refused = 0;
+	if (restart)
+		pthread_create(&th, NULL, restarter, NULL);
+	for (size_t i = 0; i < 400; i++) {
+		double t0 = bench_now_us(), dt;
+
+		if (sb_buf_map(b, i * PAGE, PAGE) != 1)
+			(*refused)++;
+		dt = (bench_now_us() - t0) / 1e3;
+		worst = dt > worst ? dt : worst;
+		usleep(1000);
+	}
+	if (restart)
+		pthread_join(th, NULL);
+	sb_pool_destroy(p);
+	return worst;
+}
+
+static int restart_stall(void)
+{
+	double quiet, across, rq, ra;
+
+	quiet = steady(false, &rq);
+	across = steady(true, &ra);
+	printf("\nrestart: a client placing a page every ms; the daemon "
+	       "killed and restarted 50 ms later\n");
+	printf("%-44s %7.2f ms\n", "worst sb_buf_map, no restart", quiet);
+	printf("%-44s %7.2f ms %8s  refused %.0f  (the lease was ahead)\n",
+	       "worst sb_buf_map across the restart", across, "report", ra);
+	return rq + ra > 0;
+}
+
+/* ---- a client for make demo --------------------------------------------------- */
+
+static volatile sig_atomic_t term;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	term = 1;
+}
+
+static int hold(const char *path, size_t mib, bool evictable)
+{
+	struct sb_pool *p;
+	struct sb_buf *b;
+	double t0 = bench_now_us();
+
+	snprintf(sock_path, sizeof(sock_path), "%s", path);
+	snprintf(dir, sizeof(dir), "/tmp");
+	signal(SIGTERM, on_term);
+	p = client_pool();
+	b = sb_buf_create(p, mib * MIB * 2,
+			  evictable ? SB_BUF_EVICTABLE : 0, NULL);
+	if (!b || grow(b, mib * MIB) < 0) {
+		printf("   pid %d: %zu MiB refused (-ENOMEM): nothing on the "
+		       "machine could be freed\n", (int)getpid(), mib);
+		return 1;
+	}
+	fill(sb_buf_addr(b), mib * MIB, (uint64_t)getpid());
+	printf("   pid %d: %zu MiB placed%s in %.0f ms\n", (int)getpid(), mib,
+	       evictable ? " (evictable)" : "", (bench_now_us() - t0) / 1e3);
+	fflush(stdout);
+	while (!term)
+		pause();
+	if (!check(sb_buf_addr(b), mib * MIB, (uint64_t)getpid())) {
+		printf("   pid %d: DATA LOST\n", (int)getpid());
+		return 1;
+	}
+	printf("   pid %d: every page read back as written%s\n",
+	       (int)getpid(), evictable ? " (from disk where it went)" : "");
+	sb_pool_destroy(p);
+	return 0;
+}
+
+enum { OPT_BUDGET = 1, OPT_CLIENT, OPT_MIB, OPT_EVICTABLE };
+
+static const struct sbc_opt opts[] = {
+	{OPT_BUDGET, "--budget-mib", "N", "the daemon's budget (default 512)"},
+	{OPT_CLIENT, "--client", "PATH", "be one client of the daemon at PATH "
+	 "(make demo)"},
+	{OPT_MIB, "--mib", "N", "--client: MiB to hold (default 64)"},
+	{OPT_EVICTABLE, "--evictable", NULL, "--client: in an evictable "
+	 "buffer"},
+	{0},
+};
+
+int main(int argc, char **argv)
+{
+	struct sbc cli = {
+		.prog = "daemon",
+		.usage = "[options]",
+		.about = "sparsebufd under load: skewed demand under one "
+			 "budget, the recovery of a killed\nclient's pages, "
+			 "the stall across a daemon restart. Exit status 3 "
+			 "when a target is missed.",
+		.opts = opts,
+	};
+	char exe[PATH_MAX];
+	const char *v, *client = NULL;
+	size_t mib = 64;
+	bool evictable = false;
+	int opt, fails = 0;
+
+	sbc_init(&cli, argc, argv);
+	while ((opt = sbc_next(&cli, &v)) != SBC_END) {
+		if (opt == OPT_BUDGET)
+			budget = (size_t)sbc_int(&cli, v, 64, 1 << 20) << 20;
+		else if (opt == OPT_CLIENT)
+			client = v;
+		else if (opt == OPT_MIB)
+			mib = (size_t)sbc_int(&cli, v, 1, 1 << 20);
+		else if (opt == OPT_EVICTABLE)
+			evictable = true;
+		else
+			sbc_fail(&cli, "unexpected argument '%s'", v);
+	}
+	if (client)
+		return hold(client, mib, evictable);
+	if (!realpath("/proc/self/exe", exe))
+		abort();
+	snprintf(daemon_bin, sizeof(daemon_bin), "%s/../bin/sparsebufd",
+		 dirname(exe));
+	snprintf(dir, sizeof(dir), "/tmp/sbd-bench-XXXXXX");
+	if (!mkdtemp(dir))
+		abort();
+	snprintf(sock_path, sizeof(sock_path), "%s/sock", dir);
+	atexit(at_exit);
+	signal(SIGPIPE, SIG_IGN);
+	start_daemon();
+	fails += skew();
+	fails += recovery();
+	fails += restart_stall();
+	kill_daemon(SIGTERM);
+	rmdir(dir);
+	return fails ? 3 : 0;
+}
