@@ -327,6 +327,55 @@ static int child_daemon_dies(void)
 	return 0;
 }
 
+/* Grows without end (faults and maps, an evictable buffer) until killed. */
+static int child_grower(void)
+{
+	int err = 0;
+	struct sb_pool *pool = connect_pool(0, &err);
+	struct sb_buf *b, *e;
+	char *x;
+
+	CHECK(pool);
+	b = make_buf(pool, 4 * GiB, 0);
+	e = make_buf(pool, 4 * GiB, SB_BUF_EVICTABLE);
+	x = sb_buf_addr(b);
+	mark("grower-up");
+	for (size_t off = 0;; off += PAGE) {
+		if (off >= 96 * MiB) {
+			sb_buf_unmap(b, 0, 4 * GiB);
+			off = 0;
+		}
+		x[off] = 1;	/* a fault */
+		sb_buf_map(e, off, PAGE);
+		((char *)sb_buf_addr(e))[off + 1] = 2;
+	}
+	return 0;
+}
+
+/* Holds 24 MiB and checks it whenever told, until told to exit. */
+static int child_witness(void)
+{
+	int err = 0;
+	struct sb_pool *pool = connect_pool(0, &err);
+	struct sb_buf *b;
+	char *x;
+
+	CHECK(pool);
+	b = make_buf(pool, 1 * GiB, 0);
+	x = sb_buf_addr(b);
+	CHECK_EQ(sb_buf_map(b, 0, 24 * MiB), 24 * MiB / PAGE);
+	fill(x, 24 * MiB, 11);
+	mark("witness-up");
+	while (!marked("witness-exit")) {
+		CHECK(check_fill(x, 24 * MiB, 11));
+		usleep(20000);
+	}
+	CHECK(check_fill(x, 24 * MiB, 11));
+	VERIFY(pool);
+	sb_pool_destroy(pool);
+	return 0;
+}
+
 /* Not root: the socket (0660 root:root) refuses us. */
 static int child_other_user(void)
 {
@@ -493,6 +542,82 @@ static void test_daemon_killed(void)
 	       "taken back by a new daemon\n");
 }
 
+static uint64_t lease_of(pid_t pid)
+{
+	struct sbd_client_info ci[16];
+	struct sbd_status st;
+	int n = status(&st, ci, 16);
+
+	for (int i = 0; i < n && i < 16; i++)
+		if (ci[i].pid == pid)
+			return ci[i].bytes;
+	return 0;
+}
+
+/* Clients killed at random points, over and over (mid-fault, mid-lease,
+ * mid-eviction): each time the budget is back to the survivor's lease
+ * within 1 s, never above the budget, and the survivor's data intact. */
+static void test_kill_loop(void)
+{
+	pid_t witness, g;
+	unsigned seed = 12345;
+	double worst = 0;
+
+	start_daemon("96M");
+	witness = spawn_child("witness", NULL);
+	wait_mark("witness-up", 30);
+	for (int i = 0; i < 12; i++) {
+		char up[32];
+		double t0;
+
+		unlink(strcat(strcpy(up, dir), "/grower-up"));
+		g = spawn_child("grower", NULL);
+		wait_mark("grower-up", 30);
+		seed = seed * 1103515245 + 12345;
+		usleep((seed >> 8) % 60000);
+		CHECK(used_now() <= 96 * MiB);
+		kill(g, SIGKILL);
+		t0 = now_s();
+		waitpid(g, NULL, 0);
+		WAIT_FOR(used_now() == lease_of(witness), 1.0);
+		CHECK_EQ(used_now(), lease_of(witness));
+		worst = now_s() - t0 > worst ? now_s() - t0 : worst;
+	}
+	mark("witness-exit");
+	CHECK_EQ(reap(witness, 30), 0);
+	WAIT_FOR(used_now() == 0, 2);
+	CHECK_EQ(used_now(), 0);
+	stop_daemon(SIGTERM);
+	printf("kill loop: 12 clients killed mid-growth, budget back each "
+	       "time (worst %.0f ms), the survivor's data intact\n",
+	       worst * 1e3);
+}
+
+/* The daemon killed and restarted under a growing client, three times:
+ * the client never stops, its data stays, and the last daemon counts
+ * what it holds. */
+static void test_daemon_restarts(void)
+{
+	pid_t witness;
+
+	start_daemon("256M");
+	witness = spawn_child("witness", NULL);
+	wait_mark("witness-up", 30);
+	for (int i = 0; i < 3; i++) {
+		usleep(100000);
+		stop_daemon(SIGKILL);
+		usleep(30000);
+		start_daemon("256M");
+	}
+	WAIT_FOR(lease_of(witness) >= 24 * MiB, 5);
+	CHECK(lease_of(witness) >= 24 * MiB);
+	mark("witness-exit");
+	CHECK_EQ(reap(witness, 30), 0);
+	stop_daemon(SIGTERM);
+	printf("daemon killed 3 times under a client: its data intact, "
+	       "counted again by the last daemon\n");
+}
+
 /* Garbage on the socket: that connection is dropped, others served. */
 static void test_garbage(void)
 {
@@ -593,6 +718,10 @@ static int child(const char *name)
 		return child_daemon_dies();
 	if (!strcmp(name, "other_user"))
 		return child_other_user();
+	if (!strcmp(name, "grower"))
+		return child_grower();
+	if (!strcmp(name, "witness"))
+		return child_witness();
 	return 2;
 }
 
@@ -618,9 +747,13 @@ static int main_test(void)
 	test_idle_gives();
 	test_client_killed();
 	test_daemon_killed();
+	test_kill_loop();
 	test_garbage();
 	test_default_pool();
 	test_permissions();
+	unlink(strcat(strcpy((char[80]){0}, dir), "/witness-exit"));
+	unlink(strcat(strcpy((char[80]){0}, dir), "/witness-up"));
+	test_daemon_restarts();
 
 	if (daemon_pid)
 		stop_daemon(SIGTERM);
