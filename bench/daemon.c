@@ -393,7 +393,7 @@ static int restart_stall(void)
 	printf("\nrestart: a client placing a page every ms; the daemon "
 	       "killed and restarted 50 ms later\n");
 	printf("%-44s %7.2f ms\n", "worst sb_buf_map, no restart", quiet);
-	printf("%-44s %7.2f ms %8s  refused %.0f  (the lease was ahead)\n",
+	printf("%-44s %7.2f ms %8s  refused %.0f  (the daemon away 50 ms)\n",
 	       "worst sb_buf_map across the restart", across, "report", ra);
 	return rq + ra > 0;
 }

@@ -219,7 +219,12 @@ static struct sb_pool *new_pool(void)
 	int err;
 
 	sb_pool_opts_init(&o);
-	pool = sb_pool_create(&o, &err);
+	/* SBBENCH_DAEMON=PATH: the pools are clients of that sparsebufd
+	 * (docs/PERFORMANCE.md compares the two runs). */
+	if (getenv("SBBENCH_DAEMON"))
+		pool = sb_pool_connect(getenv("SBBENCH_DAEMON"), &o, &err);
+	else
+		pool = sb_pool_create(&o, &err);
 	if (!pool) {
 		fprintf(stderr, "sb_pool_create: %s\n", strerror(-err));
 		exit(1);

@@ -200,8 +200,13 @@ void sbd_budget_tick(struct sbd_server *s)
 			reclaim(s, c, c->park_min - room(s));	/* others */
 		if (now - c->park_ms >= PARK_MS || !reclaim_pending(s, c)) {
 			/* Everyone answered, or too slowly: nothing more
-			 * will come. */
+			 * will come. Granted if it fits now (an older
+			 * request that does not kept it waiting in
+			 * grant_parked), else refused. */
 			c->parked = false;
+			if (try_grant(s, c, c->park_seq, c->park_min,
+				      c->park_want))
+				continue;
 			s->refused++;
 			sbd_reply(s, c, c->park_seq, -ENOMEM, 0, 0, 0, -1);
 		}

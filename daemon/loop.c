@@ -31,10 +31,14 @@ struct sbd_loop {
 	void *tick_arg;
 };
 
+uint64_t sbd_fake_now_ms;
+
 uint64_t sbd_now_ms(void)
 {
 	struct timespec ts;
 
+	if (sbd_fake_now_ms)
+		return sbd_fake_now_ms;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
@@ -109,35 +113,42 @@ void sbd_loop_stop(struct sbd_loop *l)
 	l->stop = true;
 }
 
-int sbd_loop_run(struct sbd_loop *l)
+int sbd_loop_once(struct sbd_loop *l, int timeout_ms)
 {
 	struct epoll_event ev[64];
+	int n;
 
-	while (!l->stop) {
-		int timeout = -1, n;
+	if (l->tick) {
 		uint64_t now = sbd_now_ms();
 
-		if (l->tick) {
-			if (now >= l->next_tick) {
-				l->next_tick = now + l->tick_ms;
-				l->tick(l, l->tick_arg);
-				continue;
-			}
-			timeout = (int)(l->next_tick - now);
+		if (now >= l->next_tick) {
+			l->next_tick = now + l->tick_ms;
+			l->tick(l, l->tick_arg);
+			return 0;
 		}
-		n = epoll_wait(l->ep, ev, 64, timeout);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		for (int i = 0; i < n && !l->stop; i++) {
-			int fd = ev[i].data.fd;
+		if (timeout_ms < 0 || l->next_tick - now < (uint64_t)timeout_ms)
+			timeout_ms = (int)(l->next_tick - now);
+	}
+	n = epoll_wait(l->ep, ev, 64, timeout_ms);
+	if (n < 0)
+		return errno == EINTR ? 0 : -errno;
+	for (int i = 0; i < n && !l->stop; i++) {
+		int fd = ev[i].data.fd;
 
-			/* A handler before this one may have closed fd. */
-			if (fd < l->cap && l->h[fd].fn)
-				l->h[fd].fn(l, fd, l->h[fd].arg);
-		}
+		/* A handler before this one may have closed fd. */
+		if (fd < l->cap && l->h[fd].fn)
+			l->h[fd].fn(l, fd, l->h[fd].arg);
+	}
+	return n;
+}
+
+int sbd_loop_run(struct sbd_loop *l)
+{
+	while (!l->stop) {
+		int r = sbd_loop_once(l, -1);
+
+		if (r < 0)
+			return r;
 	}
 	return 0;
 }

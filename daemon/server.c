@@ -31,18 +31,20 @@
 #define MAX_HEAP_BYTES ((uint64_t)1 << 40)
 
 bool sbd_use_syslog;
+FILE *sbd_log_file;
 
 void sbd_log(const char *fmt, ...)
 {
+	FILE *f = sbd_log_file ? sbd_log_file : stderr;
 	va_list ap;
 
 	va_start(ap, fmt);
 	if (sbd_use_syslog) {
 		vsyslog(LOG_INFO, fmt, ap);
 	} else {
-		fputs("sparsebufd: ", stderr);
-		vfprintf(stderr, fmt, ap);
-		fputc('\n', stderr);
+		fputs("sparsebufd: ", f);
+		vfprintf(f, fmt, ap);
+		fputc('\n', f);
 	}
 	va_end(ap);
 }
@@ -64,8 +66,14 @@ void sbd_send_reclaim(struct sbd_server *s, struct sbd_client *c,
 	struct sbd_msg m = {.magic = SBD_MAGIC, .type = SBD_RECLAIM,
 			    .a = bytes};
 
-	if (sbd_send(c->fd, &m, NULL, -1) < 0)
-		return;	/* it is going away: its hang-up comes next */
+	if (sbd_send(c->fd, &m, NULL, -1) < 0) {
+		/* It is going away (its hang-up comes next), or not
+		 * reading: not asked again for a while, as one that had
+		 * nothing (else budget.c's reclaim picks it again and
+		 * again, need / its lease times). */
+		c->dry_ms = sbd_now_ms();
+		return;
+	}
 	c->reclaim_asked = bytes;
 	c->reclaim_ms = sbd_now_ms();
 	c->reclaim_got = 0;
@@ -120,6 +128,7 @@ static void status(struct sbd_server *s, struct sbd_client *who, uint32_t seq)
 	st->uptime_ms = now - s->start_ms;
 	st->reclaims = s->reclaims;
 	st->refused = s->refused;
+	st->clients_total = s->clients_total;
 	for (struct sbd_client *c = s->clients; c; c = c->next) {
 		if (c->control)
 			continue;
@@ -304,6 +313,10 @@ static void on_client(struct sbd_loop *loop, int fd, void *arg)
 	/* A few messages per wake-up, then the others' turn. */
 	for (int k = 0; k < 16; k++) {
 		n = sbd_recv(fd, buf, sizeof(buf), &mfd);
+		/* No client sends descriptors. One may come with a message
+		 * of no bytes, which reads as the end (n == 0). */
+		if (mfd >= 0)
+			close(mfd);
 		if (n == -EAGAIN)
 			return;
 		if (n == 0 || n == -ECONNRESET) {
@@ -315,9 +328,6 @@ static void on_client(struct sbd_loop *loop, int fd, void *arg)
 						  : "a receive error");
 			return;
 		}
-		/* No client sends descriptors. */
-		if (mfd >= 0)
-			close(mfd);
 		r = sbd_msg_check(buf, (size_t)n, mfd >= 0, false, &m);
 		if (r < 0) {
 			drop(s, c, r == -EPROTO ? "a message it may not send"
@@ -331,38 +341,50 @@ static void on_client(struct sbd_loop *loop, int fd, void *arg)
 	}
 }
 
-static void on_listen(struct sbd_loop *loop, int fd, void *arg)
+struct sbd_client *sbd_server_adopt(struct sbd_server *s, int fd, pid_t pid,
+				    uid_t uid, gid_t gid)
 {
-	struct sbd_server *s = arg;
 	struct sbd_client *c;
-	struct ucred cred;
-	socklen_t len = sizeof(cred);
-	int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
-	if (cfd < 0)
-		return;	/* EAGAIN, or a client that gave up */
-	if (s->nclients >= MAX_CLIENTS ||
-	    getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
-	    !(c = calloc(1, sizeof(*c)))) {
-		close(cfd);
-		return;
+	if (s->nclients >= MAX_CLIENTS || !(c = calloc(1, sizeof(*c)))) {
+		close(fd);
+		return NULL;
 	}
 	c->srv = s;
-	c->fd = cfd;
-	c->pid = cred.pid;
-	c->uid = cred.uid;
-	c->gid = cred.gid;
+	c->fd = fd;
+	c->pid = pid;
+	c->uid = uid;
+	c->gid = gid;
 	c->id = ++s->next_id ? s->next_id : ++s->next_id;
 	c->active_ms = sbd_now_ms();
 	c->page_size = 4096;
-	if (sbd_loop_add(loop, cfd, on_client, c) < 0) {
-		close(cfd);
+	if (sbd_loop_add(s->loop, fd, on_client, c) < 0) {
+		close(fd);
 		free(c);
-		return;
+		return NULL;
 	}
 	c->next = s->clients;
 	s->clients = c;
 	s->nclients++;
+	s->clients_total++;
+	return c;
+}
+
+static void on_listen(struct sbd_loop *loop, int fd, void *arg)
+{
+	struct sbd_server *s = arg;
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+	(void)loop;
+	if (cfd < 0)
+		return;	/* EAGAIN, or a client that gave up */
+	if (getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+		close(cfd);
+		return;
+	}
+	sbd_server_adopt(s, cfd, cred.pid, cred.uid, cred.gid);
 }
 
 /* Is a daemon answering at path? */

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 struct sbd_heap {
@@ -55,18 +56,24 @@ struct sbd_server {
 	uint64_t used;		/* sum of leases */
 	uint32_t next_id, next_heap_id;
 	uint64_t start_ms;
-	uint64_t reclaims, refused;
+	uint64_t reclaims, refused, clients_total;
 	bool verbose;
 };
 
 /* server.c */
 int sbd_server_listen(struct sbd_server *s);
+/* Serve fd, a client's connected socket (non-blocking), from now on: the
+ * new client, or NULL (too many clients, no memory) and fd is closed. */
+struct sbd_client *sbd_server_adopt(struct sbd_server *s, int fd, pid_t pid,
+				    uid_t uid, gid_t gid);
 void sbd_server_close(struct sbd_server *s);
 int sbd_reply(struct sbd_server *s, struct sbd_client *c, uint32_t seq,
 	      int64_t err, uint64_t a, uint64_t b, uint64_t cc, int fd);
 void sbd_send_reclaim(struct sbd_server *s, struct sbd_client *c,
 		      uint64_t bytes);
 void sbd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Where sbd_log writes when not to syslog; NULL: stderr. */
+extern FILE *sbd_log_file;
 
 /* budget.c: leases, reclaims, parked requests. */
 void sbd_budget_lease(struct sbd_server *s, struct sbd_client *c,

@@ -6,8 +6,8 @@
  * One reader thread per connection receives everything the daemon sends;
  * requests go one at a time (req_lock), each waiting for its reply on a
  * condition variable. When the daemon goes away the reader closes the
- * socket, fails the request in flight and tries to connect again every
- * 100 ms; a new daemon is told, in the HELLO, what the pool already holds,
+ * socket, fails the request in flight and tries to connect again (5 ms
+ * after, then backing off to every 100 ms); a new daemon is told, in the HELLO, what the pool already holds,
  * and takes it into its accounting. Pages the pool holds stay valid
  * throughout: they are in memfds the pool has mapped, and its
  * userfaultfds are its own (docs/daemon.md, "Crashes").
@@ -213,6 +213,7 @@ static void *reader(void *arg)
 	struct sbi_dclient *c = arg;
 	char *buf = malloc(sizeof(struct sbd_msg) + SBD_MAX_PAYLOAD);
 	bool warned = false;
+	int retry_ms = 5;
 
 	sbi_thread_internal();
 	if (!buf)
@@ -226,8 +227,7 @@ static void *reader(void *arg)
 		pthread_mutex_lock(&c->lock);
 		p[1].fd = c->sock;
 		pthread_mutex_unlock(&c->lock);
-		r = poll(p, p[1].fd >= 0 ? 2 : 1,
-			 p[1].fd >= 0 ? -1 : RECONNECT_MS);
+		r = poll(p, p[1].fd >= 0 ? 2 : 1, p[1].fd >= 0 ? -1 : retry_ms);
 		if (r < 0 && errno != EINTR)
 			break;
 		if (p[0].revents)
@@ -237,8 +237,15 @@ static void *reader(void *arg)
 			 * what we hold. */
 			int s = hello(c);
 
-			if (s < 0)
+			if (s < 0) {
+				/* 5 ms, doubling to 100: a daemon that
+				 * restarts at once is found at once. */
+				retry_ms = retry_ms * 2 > RECONNECT_MS
+						   ? RECONNECT_MS
+						   : retry_ms * 2;
 				continue;
+			}
+			retry_ms = 5;
 			pthread_mutex_lock(&c->lock);
 			c->sock = s;
 			c->gen++;

@@ -1,7 +1,7 @@
 # tests/fuzz/: libFuzzer harnesses for everything that reads outside input
 # (save files, KV save files, llama2.c checkpoints and tokenizers, the
 # sampler's settings, flash checkpoints, SPARSEBUF_* variables, the
-# programs' command lines).
+# programs' command lines, sparsebufd's messages).
 # Included by the top Makefile.
 #
 #   make fuzz          every harness built with clang (libFuzzer, ASan,
@@ -56,6 +56,26 @@ $(BUILD)/fuzz-replay/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(FUZZ_DEPS
 	@echo "  CCLD    $@"
 	$(Q)$(CC) $(CFLAGS_ALL) $(FUZZ_INC) -o $@ $< tests/fuzz/replay.c \
 		$(LDFLAGS_ALL) $(FUZZ_LINK)
+
+# fuzz_dmsg fuzzes sparsebufd (daemon/): it links the daemon's objects but
+# its main() (sparsebufd.c), and lib/dproto.o, not the library. Explicit
+# rules: they win over the patterns above.
+FUZZ_DMSG_OBJ := $(addprefix $(BUILD)/obj/,daemon/loop.o daemon/server.o \
+	daemon/budget.o lib/dproto.o)
+FUZZ_DMSG_DEPS := tests/fuzz/fuzz.h $(FUZZ_DMSG_OBJ) $(wildcard daemon/*.h) \
+	lib/dproto.h
+
+$(BUILD)/fuzz/fuzz_dmsg: tests/fuzz/fuzz_dmsg.c $(FUZZ_DMSG_DEPS)
+	@mkdir -p $(dir $@)
+	@echo "  FUZZ    $@"
+	$(Q)$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer $(FUZZ_INC) -o $@ $< \
+		$(LDFLAGS_ALL) -fsanitize=fuzzer $(FUZZ_DMSG_OBJ)
+
+$(BUILD)/fuzz-replay/fuzz_dmsg: tests/fuzz/fuzz_dmsg.c tests/fuzz/replay.c $(FUZZ_DMSG_DEPS)
+	@mkdir -p $(dir $@)
+	@echo "  CCLD    $@"
+	$(Q)$(CC) $(CFLAGS_ALL) $(FUZZ_INC) -o $@ $< tests/fuzz/replay.c \
+		$(LDFLAGS_ALL) $(FUZZ_DMSG_OBJ)
 
 # The seed writer (tests/fuzz/mkseeds.c), no fuzzer runtime.
 $(BUILD)/fuzz/mkseeds: tests/fuzz/mkseeds.c $(FUZZ_DEPS)

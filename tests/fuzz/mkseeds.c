@@ -21,6 +21,12 @@
  *   env         SPARSEBUF_* settings, one NAME=VALUE a line
  *   cli         a parser selector, a bounds selector, the text (for the
  *               walk: argv, NUL-separated)
+ *   dmsg        sparsebufd's configuration and steps of 2-3 clients
+ *               (tests/fuzz/fuzz_dmsg.c's encoding): leases, returns,
+ *               heaps and status from two clients, a control connection,
+ *               reclaims answered, partly answered and timed out, a
+ *               restart, a batch, misbehaving clients; and single
+ *               messages (HELLO, replies) for the raw check
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +38,7 @@
 #include <unistd.h>
 
 #include "../../flash/format.h"
+#include "dproto.h"
 #include "sbkernels.h"
 #include "sparsebuf.h"
 #include "sparsebuf_kv.h"
@@ -467,6 +474,310 @@ static void cli_seed(const char *file, int sel, int bounds, const char *text,
 #define CLI(file, sel, bounds, text)                                           \
 	cli_seed(file, sel, bounds, text, sizeof(text) - 1)
 
+/* ---- sparsebufd's messages -------------------------------------------------
+ *
+ * tests/fuzz/fuzz_dmsg.c's encoding (its header comment): three bytes of
+ * configuration, then steps.
+ */
+
+static uint8_t dm[8192];
+static size_t dm_len;
+
+/* Step bits: descriptors beside a message, deferred, "from the daemon". */
+#define DM_FD 0x10
+#define DM_DEFER 0x20
+#define DM_ANSWER 0x40
+
+static void dm_add(const void *p, size_t n)
+{
+	if (dm_len + n > sizeof(dm)) {
+		fprintf(stderr, "mkseeds: dmsg seed too long\n");
+		exit(1);
+	}
+	memcpy(dm + dm_len, p, n);
+	dm_len += n;
+}
+
+/* budget: max_bytes = (budget + 16) * 64 KiB; flags: bit 0 three
+ * clients, bit 1 verbose, bits 2-4 the daemon's page size (4 KiB << n);
+ * uids: 2 bits a client (root, the daemon's, 1001, 1002). */
+static void dm_begin(uint8_t budget, uint8_t flags, uint8_t uids)
+{
+	dm_len = 0;
+	dm_add(&budget, 1);
+	dm_add(&flags, 1);
+	dm_add(&uids, 1);
+}
+
+/* A value as a compact field: 14 bits and a shift of 0, 12, 20 or 35. */
+static void dm_field(uint64_t v)
+{
+	static const unsigned shift[4] = {0, 12, 20, 35};
+	uint8_t b[2];
+
+	for (unsigned k = 0; k < 4; k++)
+		if (!(v & (((uint64_t)1 << shift[k]) - 1)) &&
+		    v >> shift[k] < 0x4000) {
+			unsigned x = (unsigned)(v >> shift[k]) | k << 14;
+
+			b[0] = (uint8_t)x;
+			b[1] = (uint8_t)(x >> 8);
+			dm_add(b, 2);
+			return;
+		}
+	fprintf(stderr, "mkseeds: %llu: no compact field\n",
+		(unsigned long long)v);
+	exit(1);
+}
+
+/* A compact message from client cl (seq: its next sequence number). */
+static void dm_msg(unsigned cl, unsigned bits, unsigned type, bool seq,
+		   uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+	uint8_t h[3] = {(uint8_t)(cl | bits), (uint8_t)type, seq};
+
+	dm_add(h, 3);
+	dm_field(a);
+	dm_field(b);
+	dm_field(c);
+	dm_field(d);
+}
+
+/* A raw message: n bytes at p; big: padded past the largest message. */
+static void dm_raw(unsigned cl, unsigned bits, const void *p, size_t n,
+		   bool big)
+{
+	uint8_t h[3] = {(uint8_t)(cl | 4 | bits), (uint8_t)n,
+			(uint8_t)(n >> 8 | (big ? 0x80 : 0))};
+
+	dm_add(h, 3);
+	dm_add(p, n);
+}
+
+/* unread: after the daemon ran, its answers left unread. */
+static void dm_hangup(unsigned cl, bool unread)
+{
+	uint8_t h = (uint8_t)(cl | 8 | (unread ? DM_FD : 0));
+
+	dm_add(&h, 1);
+}
+
+/* The daemon's clock moves ms (a multiple of 25, at most 6400). */
+static void dm_clock(unsigned ms)
+{
+	uint8_t h[2] = {12, (uint8_t)(ms / 25 - 1)};
+
+	dm_add(h, 2);
+}
+
+static void dm_put(const char *file)
+{
+	put("dmsg", file, dm, dm_len);
+}
+
+#define KiB ((uint64_t)1 << 10)
+#define MiB ((uint64_t)1 << 20)
+
+static void dmsg_seeds(void)
+{
+	struct sbd_msg m;
+	uint8_t big[sizeof(m) + 1];
+	struct {
+		struct sbd_msg m;
+		struct sbd_status st;
+		struct sbd_client_info ci;
+	} status;
+
+	/* Two clients (uids 1001 and 1002, 4 KiB and 16 KiB pages), a
+	 * budget of 2 MiB, the daemon's pages 256 KiB: every request. */
+	dm_begin(16, 6 << 2, 2 | 3 << 2);
+	dm_msg(0, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(1, 0, SBD_HELLO, true, 1, 0, 16 * KiB, 0);
+	dm_msg(0, 0, SBD_LEASE, true, 64 * KiB, 256 * KiB, 0, 0);
+	dm_msg(1, 0, SBD_LEASE, true, 256 * KiB, MiB, 0, 0);
+	dm_msg(0, 0, SBD_REPORT, false, 0, 0, 64 * KiB, 64 * KiB);
+	dm_msg(0, 0, SBD_RETURN, false, 64 * KiB, 0, 64 * KiB, 64 * KiB);
+	dm_msg(1, 0, SBD_HEAP, true, MiB, 0, 0, 0);
+	dm_msg(1, DM_ANSWER, SBD_HEAP_FREE, false, 0, 0, 0, 0);
+	dm_msg(0, 0, SBD_STATUS, true, 0, 0, 0, 0);
+	dm_msg(1, 0, SBD_STATUS, true, 0, 0, 0, 0);
+	dm_put("two-clients");
+
+	/* A control connection (root) beside two clients, asking status,
+	 * then asking for pages: dropped. */
+	dm_begin(0, 1 | 2, 0 | 2 << 2 | 3 << 4);
+	dm_msg(0, 0, SBD_HELLO, true, 1, 0, 0, SBD_HELLO_CONTROL);
+	dm_msg(0, 0, SBD_STATUS, true, 0, 0, 0, 0);
+	dm_msg(1, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(1, 0, SBD_LEASE, true, 128 * KiB, 512 * KiB, 0, 0);
+	dm_msg(2, 0, SBD_HELLO, true, 1, 0, 64 * KiB, 0);
+	dm_msg(2, 0, SBD_LEASE, true, 64 * KiB, 64 * KiB, 0, 0);
+	dm_msg(2, 0, SBD_REPORT, false, 0, 0, 64 * KiB, 64 * KiB);
+	dm_msg(0, 0, SBD_STATUS, true, 0, 0, 0, 0);
+	dm_msg(2, 0, SBD_STATUS, true, 0, 0, 0, 0);
+	dm_msg(0, 0, SBD_LEASE, true, 4 * KiB, 4 * KiB, 0, 0);
+	dm_put("control");
+
+	/* A budget of 1 MiB, all of it leased to client 0; client 1's
+	 * lease waits while 0 is asked, 0 answers with all it was asked:
+	 * 1 is granted. */
+	dm_begin(0, 0, 2 | 2 << 2);
+	dm_msg(0, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(0, 0, SBD_LEASE, true, MiB, MiB, 0, 0);
+	dm_msg(1, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(1, 0, SBD_LEASE, true, 256 * KiB, 512 * KiB, 0, 0);
+	dm_msg(0, DM_ANSWER, SBD_RETURN, false, 0, 0, 0, 0);
+	dm_msg(0, 0, SBD_LEASE, true, 64 * KiB, 128 * KiB, 0, 0);
+	dm_msg(1, 0, SBD_STATUS, true, 0, 0, 0, 0);
+	dm_put("reclaim-answer");
+
+	/* The same, client 0 busy (no unused lease: its idle pages are
+	 * asked for), answering with half: refused; 0 is not asked again
+	 * for 3 s; then asked and silent: the request times out. */
+	dm_begin(0, 1, 2 | 2 << 2 | 2 << 4);
+	dm_msg(0, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(0, 0, SBD_LEASE, true, MiB, MiB, MiB, MiB);
+	dm_msg(2, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_clock(100);
+	dm_msg(1, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(1, 0, SBD_LEASE, true, 512 * KiB, 512 * KiB, 0, 0);
+	dm_msg(0, 0, SBD_RETURN, false, 256 * KiB, 1, 768 * KiB, 768 * KiB);
+	dm_msg(1, 0, SBD_LEASE, true, 512 * KiB, 512 * KiB, 0, 0);
+	dm_clock(3200);
+	dm_msg(1, 0, SBD_LEASE, true, 512 * KiB, 512 * KiB, 0, 0);
+	dm_clock(1100);
+	dm_clock(2000);
+	dm_msg(1, 0, SBD_STATUS, true, 0, 0, 0, 0);
+	dm_put("reclaim-timeout");
+
+	/* A restarted daemon: client 0 comes back holding 2 MiB of a
+	 * 1 MiB budget; everyone is asked; 0 hangs up and comes back
+	 * holding what it held; 1 hangs up with a reply unread. */
+	dm_begin(0, 0, 0 | 1 << 2);
+	dm_msg(1, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(1, 0, SBD_LEASE, true, 256 * KiB, 512 * KiB, 0, 0);
+	dm_msg(0, 0, SBD_HELLO, true, 1, 2 * MiB, 4 * KiB, 0);
+	dm_msg(1, DM_ANSWER, SBD_RETURN, false, 0, 0, 0, 0);
+	dm_hangup(0, false);
+	dm_msg(0, DM_ANSWER, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(1, DM_DEFER, SBD_STATUS, true, 0, 0, 0, 0);
+	dm_hangup(1, true);
+	dm_msg(0, 0, SBD_RETURN, false, 1536 * KiB, 0, 0, 0);
+	dm_msg(0, 0, SBD_LEASE, true, 4 * KiB, 8 * KiB, 0, 0);
+	dm_put("restart");
+
+	/* Three clients, the budget held, all of it resident: the idlest
+	 * is asked for 2's lease; then 1 waits for more than 0 gives back,
+	 * and 2, behind it, for less. */
+	dm_begin(0, 1, 2 | 2 << 2 | 2 << 4);
+	dm_msg(0, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(0, 0, SBD_LEASE, true, 512 * KiB, 512 * KiB, 512 * KiB, 0);
+	dm_clock(100);
+	dm_msg(1, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(1, 0, SBD_LEASE, true, 512 * KiB, 512 * KiB, 512 * KiB, 0);
+	dm_clock(100);
+	dm_msg(2, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(2, 0, SBD_LEASE, true, 256 * KiB, 256 * KiB, 0, 0);
+	dm_msg(0, DM_ANSWER, SBD_RETURN, false, 0, 0, 256 * KiB, 0);
+	dm_clock(100);
+	dm_msg(1, 0, SBD_LEASE, true, 512 * KiB, 512 * KiB, 512 * KiB, 0);
+	dm_clock(100);
+	dm_msg(2, 0, SBD_LEASE, true, 64 * KiB, 64 * KiB, 0, 0);
+	dm_msg(0, 0, SBD_RETURN, false, 128 * KiB, 1, 128 * KiB, 0);
+	dm_clock(1000);
+	dm_clock(2500);
+	dm_put("parked");
+
+	/* Heaps: too large, many (the table grows), freed, one of another
+	 * client's. */
+	dm_begin(0, 0, 0);
+	dm_msg(0, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(0, 0, SBD_HEAP, true, (uint64_t)1 << 41, 0, 0, 0);
+	for (int i = 0; i < 17; i++)
+		dm_msg(0, 0, SBD_HEAP, true, 64 * KiB, 0, 0, 0);
+	dm_msg(0, DM_ANSWER, SBD_HEAP_FREE, false, 0, 0, 0, 0);
+	dm_msg(0, 0, SBD_HEAP_FREE, false, 1, 0, 0, 0);
+	dm_msg(0, 0, SBD_STATUS, true, 0, 0, 0, 0);
+	dm_msg(1, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(1, 0, SBD_HEAP, true, (uint64_t)1 << 40, 0, 0, 0);
+	dm_msg(1, 0, SBD_HEAP_FREE, false, 2, 0, 0, 0);
+	dm_put("heaps");
+
+	/* Messages piled up before the daemon reads: more than one
+	 * wake-up's worth. */
+	dm_begin(32, 1, 0);
+	dm_msg(0, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(1, DM_DEFER, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	for (int i = 0; i < 20; i++) {
+		dm_msg(0, DM_DEFER, SBD_LEASE, true, 4 * KiB, 64 * KiB,
+		       (uint64_t)i * 4 * KiB, 0);
+		if (i < 8)
+			dm_msg(1, DM_DEFER, SBD_REPORT, false, 0, 0,
+			       (uint64_t)i * 4 * KiB, 0);
+	}
+	dm_msg(0, DM_DEFER, SBD_STATUS, true, 0, 0, 0, 0);
+	dm_msg(2, 0, SBD_STATUS, true, 0, 0, 0, 0);
+	dm_put("batch");
+
+	/* Misbehaving clients: a descriptor, messages of the largest size
+	 * and of one byte more (truncated), a RETURN of more than held,
+	 * speaking before HELLO, a second HELLO, a heap that is not its
+	 * own, a daemon's message. */
+	memset(&m, 0, sizeof(m));
+	m.magic = SBD_MAGIC;
+	m.type = SBD_HELLO;
+	m.seq = 7;
+	m.a = SBD_VERSION;
+	m.c = 4096;
+	memcpy(big, &m, sizeof(m));
+	big[sizeof(m)] = 1;
+	dm_begin(0, 1, 0xff);
+	dm_msg(0, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(0, DM_FD, SBD_LEASE, true, 4 * KiB, 4 * KiB, 0, 0);
+	dm_raw(1, 0, &m, sizeof(m), false);
+	dm_raw(1, 0, &m, sizeof(m), true);
+	dm_raw(1, 0, &m, sizeof(m), false);
+	dm_raw(1, 0, big, sizeof(m) + 1, true);
+	dm_raw(1, 0, &m, sizeof(m), false);
+	dm_msg(1, 0, SBD_RETURN, false, 4 * KiB, 0, 0, 0);
+	dm_msg(2, 0, SBD_LEASE, true, 4 * KiB, 4 * KiB, 0, 0);
+	dm_raw(2, 0, &m, sizeof(m), false);
+	dm_raw(2, 0, &m, sizeof(m), false);
+	dm_msg(0, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(0, 0, SBD_HEAP_FREE, false, 5, 0, 0, 0);
+	dm_msg(0, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(0, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(1, 0, SBD_HELLO, true, 1, 0, 4 * KiB, 0);
+	dm_msg(1, 0, SBD_RECLAIM, false, 4 * KiB, 0, 0, 0);
+	dm_put("misbehave");
+
+	/* Single messages, for the raw check: a HELLO, a heap's reply (one
+	 * descriptor), a status reply with one client. */
+	put("dmsg", "msg-hello", &m, sizeof(m));
+	memset(&m, 0, sizeof(m));
+	m.magic = SBD_MAGIC;
+	m.type = SBD_REPLY;
+	m.nfds = 1;
+	m.seq = 3;
+	m.a = 1;
+	put("dmsg", "msg-heap-reply", &m, sizeof(m));
+	memset(&status, 0, sizeof(status));
+	status.m.magic = SBD_MAGIC;
+	status.m.type = SBD_REPLY;
+	status.m.seq = 9;
+	status.m.len = sizeof(status) - sizeof(status.m);
+	status.st.max_bytes = 8 * MiB;
+	status.st.bytes_used = MiB;
+	status.st.page_size = 256 * KiB;
+	status.st.nclients = 1;
+	status.ci = (struct sbd_client_info){.pid = 42,
+					     .uid = 1000,
+					     .id = 1,
+					     .page_size = 4096,
+					     .bytes = MiB};
+	put("dmsg", "msg-status-reply", &status, sizeof(status));
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -531,5 +842,7 @@ int main(int argc, char **argv)
 	    "f32,bf16\0--\0-x");
 	CLI("walk-bad", 7, 0, "--bogus");
 	CLI("walk-help", 7, 0, "--help");
+
+	dmsg_seeds();
 	return 0;
 }

@@ -51,7 +51,7 @@ max_len() {
 
 # The finding: the message, then the stack frames in our sources.
 tail_log() {
-	grep -E 'ERROR|invariant|SUMMARY|#[0-9]+ 0x.* in [^ ]+ [^ ]*/(lib|tests|runner|flash|common|kernels)/|Test unit written' "$1" |
+	grep -E 'ERROR|invariant|SUMMARY|#[0-9]+ 0x.* in [^ ]+ [^ ]*/(lib|tests|runner|flash|common|kernels|daemon)/|Test unit written' "$1" |
 		grep -v 'fuzzer::' | head -n 25 | sed 's/^/      /'
 }
 
