@@ -9,7 +9,7 @@ ctl() { "$build/bin/sparsebufctl" -s "$sock" status | sed 's/^/   | /'; }
 "$build/bin/sparsebufd" --socket "$sock" --max-bytes 256M --foreground \
 	2>"$dir/log" &
 daemon=$!
-trap 'kill $daemon 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill $daemon 2>/dev/null || true; rm -rf "$dir"' EXIT
 "$build/bin/sparsebufctl" -s "$sock" wait
 echo "   sparsebufd: a 256 MiB budget for every process on the machine"
 # A: a session that goes idle, its KV evictable.

@@ -11,7 +11,7 @@ sock=$dir/sock
 "$build/bin/sparsebufd" --socket "$sock" --max-bytes 16G --foreground \
 	2>"$dir/daemon.log" &
 pid=$!
-trap 'kill $pid 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
 "$build/bin/sparsebufctl" -s "$sock" wait --timeout 10000 || exit 1
 # test_daemon starts daemons of its own.
 tests=${TESTS:-$(cd "$build/tests" && ls | grep "^test_" | grep -v "^test_daemon$" | sort)}
