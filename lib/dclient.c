@@ -58,6 +58,8 @@ struct sbi_dclient {
 	uint32_t next_seq, want_seq;
 	bool have_reply;
 	struct sbd_msg reply;
+	struct sbd_msg stale;		/* a LEASE whose wait timed out */
+	uint64_t stale_gen;
 	int reply_fd;
 	struct dheap *heaps;
 	size_t nheaps, heap_cap;
@@ -202,6 +204,17 @@ static void handle(struct sbi_dclient *c, const struct sbd_msg *m, int fd)
 		c->have_reply = true;
 		pthread_cond_broadcast(&c->cond);
 		fd = -1;
+	} else if (m->seq && m->seq == c->stale.seq &&
+		   c->stale_gen == c->gen) {
+		/* The late grant of a lease nobody waits for: back. */
+		struct sbd_msg r = {.magic = SBD_MAGIC, .type = SBD_RETURN,
+				    .a = m->a, .c = c->stale.c,
+				    .d = c->stale.d};
+
+		c->stale.seq = 0;
+		if (m->err == 0 && m->a && up(c) &&
+		    sbd_send_nowait(c->sock, &r) < 0)
+			broken_locked(c);
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (fd >= 0)
@@ -449,6 +462,13 @@ static int request(struct sbi_dclient *c, struct sbd_msg *req,
 		}
 		c->want_seq = 0;
 		if (r == ETIMEDOUT) {
+			/* A lease granted after we stopped waiting would be
+			 * counted by the daemon and never used: the reader
+			 * gives it back when it comes (handle()). */
+			if (req->type == SBD_LEASE && up(c) && c->gen == gen) {
+				c->stale = *req;
+				c->stale_gen = gen;
+			}
 			r = !up(c) ? -ENOTCONN : -ETIMEDOUT;
 			break;
 		}
