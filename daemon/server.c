@@ -22,10 +22,6 @@
 #include <syslog.h>
 #include <unistd.h>
 
-#ifndef MFD_NOEXEC_SEAL
-#define MFD_NOEXEC_SEAL 0x0008U
-#endif
-
 #define MAX_CLIENTS 4096
 #define MAX_HEAPS 65536			/* per client */
 #define MAX_HEAP_BYTES ((uint64_t)1 << 40)
@@ -149,26 +145,6 @@ static void status(struct sbd_server *s, struct sbd_client *who, uint32_t seq)
 	sbd_send(who->fd, &m, buf, -1);
 }
 
-static int make_heap(uint64_t bytes)
-{
-	int fd = memfd_create("sparsebufd-heap",
-			      MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL);
-
-	if (fd < 0 && errno == EINVAL)
-		fd = memfd_create("sparsebufd-heap",
-				  MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0)
-		return -errno;
-	if (ftruncate(fd, (off_t)bytes) < 0 ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
-		int e = -errno;
-
-		close(fd);
-		return e;
-	}
-	return fd;
-}
-
 /* A HEAP request: a new memfd, the client's. */
 static void heap(struct sbd_server *s, struct sbd_client *c, uint32_t seq,
 		 uint64_t bytes)
@@ -190,7 +166,7 @@ static void heap(struct sbd_server *s, struct sbd_client *c, uint32_t seq,
 		c->heaps = h;
 		c->heap_cap = cap;
 	}
-	fd = make_heap(bytes);
+	fd = sbd_heap_file("sparsebufd-heap", bytes);
 	if (fd < 0) {
 		sbd_reply(s, c, seq, fd, 0, 0, 0, -1);
 		return;

@@ -7,6 +7,8 @@
 #include "dproto.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -188,4 +190,28 @@ long sbd_recv(int sock, void *buf, size_t cap, int *fd)
 	if (ngot)
 		*fd = got[0];
 	return (long)r;
+}
+
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U
+#endif
+
+int sbd_heap_file(const char *name, uint64_t bytes)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING |
+					    MFD_NOEXEC_SEAL);
+
+	/* Kernels before 6.3 reject MFD_NOEXEC_SEAL. */
+	if (fd < 0 && errno == EINVAL)
+		fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)bytes) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	return fd;
 }

@@ -125,4 +125,9 @@ long sbd_recv(int sock, void *buf, size_t cap, int *fd);
 
 const char *sbd_type_name(unsigned type);
 
+/* A heap file: a memfd of bytes, sealed against growing and shrinking
+ * (a descriptor that crossed a socket must keep its size). The
+ * descriptor, or -errno. Both a pool's own heaps and the daemon's. */
+int sbd_heap_file(const char *name, uint64_t bytes);
+
 #endif

@@ -14,38 +14,19 @@
  * keep its size). A client pool's budget is its lease (lease.c).
  */
 #include "internal.h"
+#include "dproto.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#ifndef MFD_NOEXEC_SEAL
-#define MFD_NOEXEC_SEAL 0x0008U
-#endif
-
 /* ---- the process's own memfds ------------------------------------------------ */
 
 static int memfd_heap_fd(void *ctx, size_t bytes)
 {
-	int fd = memfd_create("sparsebuf-heap",
-			      MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL);
-
 	(void)ctx;
-	/* Kernels before 6.3 reject MFD_NOEXEC_SEAL. */
-	if (fd < 0 && errno == EINVAL)
-		fd = memfd_create("sparsebuf-heap",
-				  MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0)
-		return -errno;
-	if (ftruncate(fd, (off_t)bytes) < 0 ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
-		int e = -errno;
-
-		close(fd);
-		return e;
-	}
-	return fd;
+	return sbd_heap_file("sparsebuf-heap", bytes);
 }
 
 static void memfd_heap_release(void *ctx, int fd, size_t bytes)
