@@ -9,6 +9,9 @@
  * restart bring what they hold, and if that is more than the budget, the
  * daemon asks for the difference at once.
  *
+ * The machine-wide cache's pages count too (cache.c): blocks no process
+ * maps are dropped, least recently used first, before anyone is asked.
+ *
  * Whom to ask: first every client's unused lease (free to give), then the
  * clients that have been idle longest (their cold, evictable pages go to
  * disk, docs/daemon.md). The client asking is never asked: if nothing
@@ -127,6 +130,11 @@ void sbd_budget_lease(struct sbd_server *s, struct sbd_client *c,
 		 * (the client timed out and asked again). */
 		c->parked = false;
 	}
+	if (try_grant(s, c, seq, min, want))
+		return;
+	/* The cache's blocks nobody maps first: a prefix is worth less
+	 * than a process's pages. */
+	sbd_cache_shrink(s, min - room(s));
 	if (try_grant(s, c, seq, min, want))
 		return;
 	reclaim(s, c, min - room(s));

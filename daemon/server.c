@@ -89,6 +89,7 @@ static void drop(struct sbd_server *s, struct sbd_client *c, const char *why)
 			why ? why : "gone",
 			(unsigned long long)(c->lease >> 10));
 	sbd_budget_drop(s, c);
+	sbd_cache_drop_client(s, c);
 	sbd_loop_del(s->loop, c->fd);
 	close(c->fd);
 	for (pp = &s->clients; *pp; pp = &(*pp)->next)
@@ -125,6 +126,10 @@ static void status(struct sbd_server *s, struct sbd_client *who, uint32_t seq)
 	st->reclaims = s->reclaims;
 	st->refused = s->refused;
 	st->clients_total = s->clients_total;
+	st->bytes_shared = s->cache_bytes;
+	st->cache_blocks = sbd_cache_blocks(s);
+	st->cache_hits = s->cache_hits;
+	st->cache_misses = s->cache_misses;
 	for (struct sbd_client *c = s->clients; c; c = c->next) {
 		if (c->control)
 			continue;
@@ -200,7 +205,8 @@ static void note_usage(struct sbd_client *c, const struct sbd_msg *m)
 
 /* One message from c; false: drop c (why set). */
 static bool serve(struct sbd_server *s, struct sbd_client *c,
-		  const struct sbd_msg *m, const char **why)
+		  const struct sbd_msg *m, const void *payload,
+		  const char **why)
 {
 	if (!c->hello && m->type != SBD_HELLO) {
 		*why = "spoke before HELLO";
@@ -234,6 +240,9 @@ static bool serve(struct sbd_server *s, struct sbd_client *c,
 		return true;
 	case SBD_STATUS:
 		status(s, c, m->seq);
+		return true;
+	case SBD_CACHE_LIST:
+		sbd_cache_list(s, c, m);
 		return true;
 	}
 	if (c->control) {
@@ -270,6 +279,17 @@ static bool serve(struct sbd_server *s, struct sbd_client *c,
 			return false;
 		}
 		return true;
+	case SBD_CACHE_PUT:
+	case SBD_CACHE_DONE:
+	case SBD_CACHE_GET:
+	case SBD_CACHE_HEAP:
+	case SBD_CACHE_UNPIN:
+	case SBD_CACHE_MODEL:
+		if (c->page_size != s->page_size) {
+			*why = "used the cache with another page size";
+			return false;
+		}
+		return sbd_cache_serve(s, c, m, payload, why);
 	}
 	*why = "a message only the daemon sends";
 	return false;
@@ -310,7 +330,7 @@ static void on_client(struct sbd_loop *loop, int fd, void *arg)
 						: "a malformed message");
 			return;
 		}
-		if (!serve(s, c, &m, &why)) {
+		if (!serve(s, c, &m, buf + sizeof(m), &why)) {
 			drop(s, c, why);
 			return;
 		}
@@ -436,4 +456,5 @@ void sbd_server_close(struct sbd_server *s)
 	close(s->listen_fd);
 	if (s->own_socket)
 		unlink(s->socket_path);
+	sbd_cache_free(s);
 }

@@ -5,6 +5,8 @@
 
 #include "loop.h"
 
+struct sbd_msg;
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,6 +42,7 @@ struct sbd_client {
 	uint64_t park_min, park_want, park_ms;
 	struct sbd_heap *heaps;
 	size_t nheaps, heap_cap;
+	struct sbd_pins *pins;	/* cache.c: cache pages it maps */
 };
 
 struct sbd_server {
@@ -53,7 +56,10 @@ struct sbd_server {
 	uid_t self_uid;
 	struct sbd_client *clients;
 	unsigned nclients;
-	uint64_t used;		/* sum of leases */
+	uint64_t used;		/* sum of leases and cache_bytes */
+	uint64_t cache_bytes;	/* pages of the machine-wide cache */
+	struct sbd_cache *cache;	/* cache.c */
+	uint64_t cache_hits, cache_misses, cache_dropped;
 	uint32_t next_id, next_heap_id;
 	uint64_t start_ms;
 	uint64_t reclaims, refused, clients_total;
@@ -87,5 +93,20 @@ void sbd_budget_drop(struct sbd_server *s, struct sbd_client *c);
 void sbd_budget_check(struct sbd_server *s);
 /* Parked requests: grant what fits, refuse what waited too long. */
 void sbd_budget_tick(struct sbd_server *s);
+
+/* cache.c: the machine-wide prefix cache. */
+/* A cache message from c (payload: m->len bytes); false: drop c. */
+bool sbd_cache_serve(struct sbd_server *s, struct sbd_client *c,
+		     const struct sbd_msg *m, const void *payload,
+		     const char **why);
+void sbd_cache_list(struct sbd_server *s, struct sbd_client *c,
+		    const struct sbd_msg *m);
+/* c is gone: its pins dropped, blocks it was filling forgotten. */
+void sbd_cache_drop_client(struct sbd_server *s, struct sbd_client *c);
+/* Drop least recently used blocks nobody pins until need bytes are
+ * free; returns the bytes freed. */
+uint64_t sbd_cache_shrink(struct sbd_server *s, uint64_t need);
+uint64_t sbd_cache_blocks(const struct sbd_server *s);
+void sbd_cache_free(struct sbd_server *s);
 
 #endif

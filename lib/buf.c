@@ -667,3 +667,23 @@ again:
 	sbi_count(&pool->n_unmaps, released);
 	return r < 0 ? r : (long)shared;
 }
+
+int sbi_buf_install(struct sb_buf *dst, size_t d0, size_t n, sbi_pid *pids)
+{
+	struct sb_pool *pool = dst->pool;
+	size_t released = 0;
+	int r;
+
+	if (d0 + n > dst->npages || n > dst->npages ||
+	    (dst->flags & (SB_BUF_STRICT | SBI_BUF_RO)) || !pool->can_wp) {
+		sbi_pool_put(pool, pids, n);
+		return -EINVAL;
+	}
+	pthread_rwlock_rdlock(&pool->layout);
+	pthread_mutex_lock(&dst->lock);
+	r = install_dst(dst, d0, n, pids, &released);
+	pthread_mutex_unlock(&dst->lock);
+	pthread_rwlock_unlock(&pool->layout);
+	sbi_count(&pool->n_unmaps, released);
+	return r;
+}

@@ -198,6 +198,13 @@ int sbi_env_daemon_wait_ms(void)
 	return env_daemon_wait_ms;
 }
 
+bool sbi_env_daemon_cache(void)
+{
+	const char *s = getenv("SPARSEBUF_DAEMON_CACHE");
+
+	return !s || strcmp(s, "0") != 0;
+}
+
 bool sbi_env_recycle(void)
 {
 	const char *s = getenv("SPARSEBUF_RECYCLE");

@@ -55,9 +55,15 @@ struct sbi_dclient {
 	uint64_t gen;			/* connections made so far */
 	uint32_t id;			/* the daemon's name for us */
 	uint64_t daemon_max;
+	uint64_t daemon_page;		/* its page size (the cache's) */
 	uint32_t next_seq, want_seq;
 	bool have_reply;
 	struct sbd_msg reply;
+	char *reply_payload;		/* (SBD_MAX_PAYLOAD) */
+	/* Pins on cache pages this process no longer maps, to be sent
+	 * (sbi_dclient_cache_unpin is called under a pool's lock). */
+	uint64_t *unpins;
+	size_t nunpins, unpin_cap;
 	struct sbd_msg stale;		/* a LEASE whose wait timed out */
 	uint64_t stale_gen;
 	int reply_fd;
@@ -153,6 +159,9 @@ static int hello(struct sbi_dclient *c)
 	pthread_mutex_lock(&c->lock);
 	c->id = (uint32_t)m.a;
 	c->daemon_max = m.b;
+	c->daemon_page = m.c;
+	/* Unpins meant for the daemon before: this one never pinned. */
+	c->nunpins = 0;
 	pthread_mutex_unlock(&c->lock);
 	return s;
 fail:
@@ -187,7 +196,8 @@ static void drop_locked(struct sbi_dclient *c)
 	pthread_cond_broadcast(&c->cond);
 }
 
-static void handle(struct sbi_dclient *c, const struct sbd_msg *m, int fd)
+static void handle(struct sbi_dclient *c, const struct sbd_msg *m,
+		   const char *payload, int fd)
 {
 	if (m->type == SBD_RECLAIM) {
 		if (c->cbs.reclaim)
@@ -200,6 +210,7 @@ static void handle(struct sbi_dclient *c, const struct sbd_msg *m, int fd)
 	pthread_mutex_lock(&c->lock);
 	if (m->seq == c->want_seq && !c->have_reply) {
 		c->reply = *m;
+		memcpy(c->reply_payload, payload, m->len);
 		c->reply_fd = fd;
 		c->have_reply = true;
 		pthread_cond_broadcast(&c->cond);
@@ -297,7 +308,7 @@ static void *reader(void *arg)
 				c->cbs.lost(c->cbs.arg);
 			continue;
 		}
-		handle(c, &m, fd);
+		handle(c, &m, buf + sizeof(m), fd);
 	}
 	free(buf);
 	return NULL;
@@ -323,6 +334,12 @@ struct sbi_dclient *sbi_dclient_open(const char *path, size_t page_size,
 	c->page_size = page_size;
 	c->sock = -1;
 	c->reply_fd = -1;
+	c->reply_payload = malloc(SBD_MAX_PAYLOAD);
+	if (!c->reply_payload) {
+		free(c);
+		*err = -ENOMEM;
+		return NULL;
+	}
 	pthread_mutex_init(&c->req_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);
 	SBI_LK_RANK(&c->req_lock, SBI_RANK_POOL, 0);
@@ -378,6 +395,8 @@ void sbi_dclient_close(struct sbi_dclient *c)
 	while (c->nstash)
 		close(c->stash[--c->nstash]);
 	free(c->heaps);
+	free(c->reply_payload);
+	free(c->unpins);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->req_lock);
@@ -416,9 +435,10 @@ const char *sbi_dclient_path(const struct sbi_dclient *c)
  * restarts. Returns 0 with *rep (and *fd, the caller's) filled, or -errno:
  * -ENOTCONN when no daemon answered in time.
  */
-static int request(struct sbi_dclient *c, struct sbd_msg *req,
-		   uint64_t deadline_ms, struct sbd_msg *rep, int *fd,
-		   uint64_t *gen_out)
+static int request_p(struct sbi_dclient *c, struct sbd_msg *req,
+		     const void *payload, uint64_t deadline_ms,
+		     struct sbd_msg *rep, int *fd, uint64_t *gen_out,
+		     void *rpay, size_t rcap)
 {
 	struct timespec dl = deadline_ts(deadline_ms);
 	int r = 0;
@@ -440,7 +460,7 @@ static int request(struct sbi_dclient *c, struct sbd_msg *req,
 		req->seq = c->want_seq = c->next_seq;
 		c->have_reply = false;
 		gen = c->gen;
-		r = sbd_send(c->sock, req, NULL, -1);
+		r = sbd_send(c->sock, req, payload, -1);
 		if (r < 0) {
 			broken_locked(c);	/* the reader reconnects */
 			r = 0;
@@ -451,6 +471,9 @@ static int request(struct sbi_dclient *c, struct sbd_msg *req,
 			r = pthread_cond_timedwait(&c->cond, &c->lock, &dl);
 		if (c->have_reply) {
 			*rep = c->reply;
+			if (rpay)
+				memcpy(rpay, c->reply_payload,
+				       rep->len < rcap ? rep->len : rcap);
 			*fd = c->reply_fd;
 			c->reply_fd = -1;
 			c->have_reply = false;
@@ -477,6 +500,14 @@ static int request(struct sbi_dclient *c, struct sbd_msg *req,
 	pthread_mutex_unlock(&c->lock);
 	pthread_mutex_unlock(&c->req_lock);
 	return r;
+}
+
+static int request(struct sbi_dclient *c, struct sbd_msg *req,
+		   uint64_t deadline_ms, struct sbd_msg *rep, int *fd,
+		   uint64_t *gen_out)
+{
+	return request_p(c, req, NULL, deadline_ms, rep, fd, gen_out, NULL,
+			 0);
 }
 
 int sbi_dclient_lease(struct sbi_dclient *c, uint64_t min, uint64_t want,
@@ -632,4 +663,219 @@ void sbi_dclient_stash_heaps(struct sbi_dclient *c, uint64_t bytes, int want)
 		if (fd >= 0)
 			sbi_dclient_heap_free(c, fd);	/* (cannot happen) */
 	}
+}
+
+/* ---- the machine-wide prefix cache (daemon/cache.c) ------------------------ */
+
+#define CACHE_WAIT_MS 2000
+
+size_t sbi_dclient_cache_page(struct sbi_dclient *c)
+{
+	size_t p;
+
+	pthread_mutex_lock(&c->lock);
+	p = up(c) ? (size_t)c->daemon_page : 0;
+	pthread_mutex_unlock(&c->lock);
+	return p;
+}
+
+/* A reply's page references: n of them, none naming heap 0. */
+static bool refs_ok(const uint64_t *refs, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (!SBD_PREF_HEAP(refs[i]))
+			return false;
+	return true;
+}
+
+int sbi_dclient_cache_put(struct sbi_dclient *c, uint64_t key, uint64_t pkey,
+			  uint32_t depth, const int32_t *tokens, uint32_t ntok,
+			  uint32_t npages, uint64_t *refs, uint64_t *gen)
+{
+	struct sbd_msg m = {.type = SBD_CACHE_PUT, .a = key, .b = pkey,
+			    .c = depth, .d = npages,
+			    .len = ntok * (uint32_t)sizeof(*tokens)}, rep;
+	int fd = -1, r;
+
+	if (!ntok || ntok > SBD_CACHE_MAX_TOKENS || !npages ||
+	    npages > SBD_CACHE_MAX_PAGES || depth >= SBD_CACHE_MAX_DEPTH)
+		return -E2BIG;
+	r = request_p(c, &m, tokens, mono_ms() + CACHE_WAIT_MS, &rep, &fd, gen,
+		      refs, (size_t)npages * sizeof(*refs));
+	if (fd >= 0)
+		close(fd);
+	if (r < 0)
+		return r;
+	if (rep.err < 0)
+		return (int)rep.err;
+	if (rep.a != npages || rep.len != npages * sizeof(*refs) ||
+	    !refs_ok(refs, npages))
+		return -EPROTO;
+	return 0;
+}
+
+int sbi_dclient_cache_done(struct sbi_dclient *c, uint64_t key, bool ok,
+			   uint64_t gen)
+{
+	struct sbd_msg m = {.type = SBD_CACHE_DONE, .a = key, .b = ok}, rep;
+	uint64_t g = 0;
+	int fd = -1, r;
+
+	r = request(c, &m, mono_ms() + CACHE_WAIT_MS, &rep, &fd, &g);
+	if (fd >= 0)
+		close(fd);
+	if (r == 0 && g != gen)
+		r = -ESTALE;	/* a new daemon never saw the put */
+	return r < 0 ? r : (int)rep.err;
+}
+
+int sbi_dclient_cache_get(struct sbi_dclient *c, uint64_t key, uint64_t pkey,
+			  uint32_t depth, int32_t *tokens, uint32_t ntok,
+			  uint64_t *refs, uint32_t npages, uint64_t *gen)
+{
+	struct sbd_msg m = {.type = SBD_CACHE_GET, .a = key, .b = pkey,
+			    .c = depth}, rep;
+	size_t tok_bytes = ((size_t)ntok * 4 + 7) & ~(size_t)7;
+	char *buf = malloc(SBD_MAX_PAYLOAD);
+	int fd = -1, r;
+
+	if (!buf)
+		return -ENOMEM;
+	bool replied;
+
+	r = request_p(c, &m, NULL, mono_ms() + CACHE_WAIT_MS, &rep, &fd, gen,
+		      buf, SBD_MAX_PAYLOAD);
+	replied = r == 0;
+	if (fd >= 0)
+		close(fd);
+	if (r == 0 && rep.err < 0)
+		r = (int)rep.err;
+	/* Another geometry under the same key (a hash collision, or a
+	 * client that lied): not a match. */
+	if (r == 0 && (rep.a != npages || rep.b != ntok ||
+		       rep.len != tok_bytes + (size_t)npages * 8))
+		r = -ENOENT;
+	if (r == 0) {
+		memcpy(tokens, buf, (size_t)ntok * 4);
+		memcpy(refs, buf + tok_bytes, (size_t)npages * 8);
+		if (!refs_ok(refs, npages))
+			r = -EPROTO;
+	}
+	if (r < 0 && replied && rep.err == 0) {
+		/* The daemon pinned what it sent: the pins go back. */
+		size_t tb = ((size_t)rep.b * 4 + 7) & ~(size_t)7;
+
+		for (uint64_t i = 0; rep.b <= SBD_CACHE_MAX_TOKENS &&
+				     i < rep.a && tb + 8 * (i + 1) <= rep.len;
+		     i++) {
+			uint64_t ref;
+
+			memcpy(&ref, buf + tb + 8 * i, 8);
+			sbi_dclient_cache_unpin(c, *gen, ref, 1);
+		}
+	}
+	free(buf);
+	return r;
+}
+
+int sbi_dclient_cache_heap(struct sbi_dclient *c, uint32_t id, uint64_t gen,
+			   uint64_t *bytes)
+{
+	struct sbd_msg m = {.type = SBD_CACHE_HEAP, .a = id}, rep;
+	uint64_t g = 0;
+	int fd = -1, r;
+
+	r = request(c, &m, mono_ms() + CACHE_WAIT_MS, &rep, &fd, &g);
+	if (r == 0 && g != gen)
+		r = -ESTALE;	/* another daemon: its id names another heap */
+	if (r == 0 && rep.err < 0)
+		r = (int)rep.err;
+	if (r == 0 && (fd < 0 || !rep.a || rep.a > SBD_MAX_BYTES ||
+		       !heap_fd_ok(fd, rep.a)))
+		r = -EPROTO;
+	if (r < 0) {
+		if (fd >= 0)
+			close(fd);
+		return r;
+	}
+	*bytes = rep.a;
+	return fd;
+}
+
+/* Send what is queued, without waiting; c->lock held. */
+static void flush_unpins_locked(struct sbi_dclient *c)
+{
+	size_t max = SBD_MAX_PAYLOAD / sizeof(uint64_t);
+
+	while (c->nunpins && up(c)) {
+		size_t n = c->nunpins < max ? c->nunpins : max;
+		struct sbd_msg m = {.magic = SBD_MAGIC,
+				    .type = SBD_CACHE_UNPIN, .a = n,
+				    .len = (uint32_t)(n * sizeof(uint64_t))};
+		int r = sbd_send_nowait_payload(c->sock, &m,
+						c->unpins + c->nunpins - n);
+
+		if (r == -EAGAIN)
+			return;	/* the next flush */
+		if (r < 0) {
+			broken_locked(c);
+			return;
+		}
+		c->nunpins -= n;
+	}
+}
+
+void sbi_dclient_cache_unpin(struct sbi_dclient *c, uint64_t gen,
+			     uint64_t ref, uint32_t count)
+{
+	pthread_mutex_lock(&c->lock);
+	/* Pins of an earlier daemon went with it. */
+	if (gen == c->gen && up(c)) {
+		while (count--) {
+			if (c->nunpins == c->unpin_cap) {
+				size_t cap = c->unpin_cap ? 2 * c->unpin_cap
+							  : 256;
+				uint64_t *v = realloc(c->unpins,
+						      cap * sizeof(*v));
+
+				if (!v)
+					break;	/* held until we exit */
+				c->unpins = v;
+				c->unpin_cap = cap;
+			}
+			c->unpins[c->nunpins++] = ref;
+		}
+		if (c->nunpins >= 1024)
+			flush_unpins_locked(c);
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+void sbi_dclient_cache_flush(struct sbi_dclient *c)
+{
+	pthread_mutex_lock(&c->lock);
+	flush_unpins_locked(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
+void sbi_dclient_cache_model(struct sbi_dclient *c, uint64_t root,
+			     const char *name)
+{
+	size_t len = strlen(name);
+	struct sbd_msg m = {.magic = SBD_MAGIC, .type = SBD_CACHE_MODEL,
+			    .a = root};
+
+	if (len > SBD_CACHE_MODEL_MAX - 1)
+		len = SBD_CACHE_MODEL_MAX - 1;
+	if (!len)
+		return;
+	m.len = (uint32_t)len;
+	pthread_mutex_lock(&c->lock);
+	if (up(c)) {
+		int r = sbd_send_nowait_payload(c->sock, &m, name);
+
+		if (r < 0 && r != -EAGAIN)
+			broken_locked(c);	/* (-EAGAIN: unnamed) */
+	}
+	pthread_mutex_unlock(&c->lock);
 }

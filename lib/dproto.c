@@ -19,6 +19,10 @@ static const char *const names[SBD_TYPE_END] = {
 	[SBD_HEAP] = "heap",	     [SBD_HEAP_FREE] = "heap-free",
 	[SBD_STATUS] = "status",     [SBD_RECLAIM] = "reclaim",
 	[SBD_REPLY] = "reply",
+	[SBD_CACHE_PUT] = "cache-put",	     [SBD_CACHE_DONE] = "cache-done",
+	[SBD_CACHE_GET] = "cache-get",	     [SBD_CACHE_HEAP] = "cache-heap",
+	[SBD_CACHE_UNPIN] = "cache-unpin", [SBD_CACHE_MODEL] = "cache-model",
+	[SBD_CACHE_LIST] = "cache-list",
 };
 
 const char *sbd_type_name(unsigned type)
@@ -48,8 +52,9 @@ int sbd_msg_check(const void *buf, size_t n, unsigned nfds, bool from_daemon,
 	 * the receiver knows which reply that is. */
 	if (nfds && m->type != SBD_REPLY)
 		return -EPROTO;
-	/* Payloads: only a STATUS reply has one. */
-	if (m->len && m->type != SBD_REPLY)
+	/* Payloads: replies, and the cache's messages that say so. */
+	if (m->len && m->type != SBD_REPLY && m->type != SBD_CACHE_PUT &&
+	    m->type != SBD_CACHE_UNPIN && m->type != SBD_CACHE_MODEL)
 		return -EBADMSG;
 	switch (m->type) {
 	case SBD_HELLO:
@@ -95,6 +100,36 @@ int sbd_msg_check(const void *buf, size_t n, unsigned nfds, bool from_daemon,
 		if (!m->seq || m->err > 0 || m->err < -4095)
 			return -EBADMSG;
 		break;
+	case SBD_CACHE_PUT:
+		if (!m->seq || m->c >= SBD_CACHE_MAX_DEPTH || !m->d ||
+		    m->d > SBD_CACHE_MAX_PAGES || !m->len || m->len % 4 ||
+		    m->len / 4 > SBD_CACHE_MAX_TOKENS)
+			return -EBADMSG;
+		break;
+	case SBD_CACHE_DONE:
+		if (!m->seq || m->b > 1)
+			return -EBADMSG;
+		break;
+	case SBD_CACHE_GET:
+		if (!m->seq || m->c >= SBD_CACHE_MAX_DEPTH)
+			return -EBADMSG;
+		break;
+	case SBD_CACHE_HEAP:
+		if (!m->seq || !m->a || m->a > UINT32_MAX)
+			return -EBADMSG;
+		break;
+	case SBD_CACHE_UNPIN:
+		if (!m->a || m->a > SBD_MAX_PAYLOAD / 8 || m->len != m->a * 8)
+			return -EBADMSG;
+		break;
+	case SBD_CACHE_MODEL:
+		if (!m->len || m->len > SBD_CACHE_MODEL_MAX - 1)
+			return -EBADMSG;
+		break;
+	case SBD_CACHE_LIST:
+		if (!m->seq)
+			return -EBADMSG;
+		break;
 	}
 	return 0;
 }
@@ -110,6 +145,12 @@ int sbd_send(int sock, const struct sbd_msg *m, const void *payload, int fd)
 int sbd_send_nowait(int sock, const struct sbd_msg *m)
 {
 	return send_flags(sock, m, NULL, -1, MSG_DONTWAIT);
+}
+
+int sbd_send_nowait_payload(int sock, const struct sbd_msg *m,
+			    const void *payload)
+{
+	return send_flags(sock, m, payload, -1, MSG_DONTWAIT);
 }
 
 static int send_flags(int sock, const struct sbd_msg *m, const void *payload,

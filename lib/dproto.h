@@ -49,7 +49,54 @@ enum sbd_type {
 	/* daemon -> client */
 	SBD_RECLAIM,	/* a: bytes the budget needs back. */
 	SBD_REPLY,	/* the answer to the request with the same seq */
+	/* client -> daemon: the machine-wide prefix cache (daemon/cache.c).
+	 * A block is opaque to the daemon: a chain key (which names the
+	 * block and everything before it), its parent's key, its depth, its
+	 * tokens (int32) and npages pages of the daemon's cache heaps, each
+	 * named by a page reference (SBD_PREF). Blocks are per uid. */
+	SBD_CACHE_PUT,	/* a: key, b: parent key, c: depth, d: npages,
+			 * payload: int32 tokens. Reply a: npages, payload:
+			 * uint64 page refs, pinned for the client, the block
+			 * being filled (found by nobody) until CACHE_DONE;
+			 * err -EEXIST (held or being filled), -ENOENT (no
+			 * parent), -ENOSPC (no room in the budget). */
+	SBD_CACHE_DONE,	/* a: key, b: 1 filled (findable from now on), 0
+			 * abandoned (dropped with what follows). Reply: err
+			 * 0. */
+	SBD_CACHE_GET,	/* a: key, b: parent key, c: depth. Reply a: npages,
+			 * b: tokens, payload: int32 tokens then uint64 page
+			 * refs (8-byte aligned), pinned for the client; err
+			 * -ENOENT. */
+	SBD_CACHE_HEAP,	/* a: cache heap id. Reply a: bytes, one
+			 * descriptor: the heap (the client's uid's only). */
+	SBD_CACHE_UNPIN,	/* a: n, payload: n uint64 page refs, one pin
+				 * each. No reply. */
+	SBD_CACHE_MODEL,	/* a: a chain's root key, payload: the model
+				 * id (for listings). No reply. */
+	SBD_CACHE_LIST,	/* Reply: payload struct sbd_cache_entry[], one per
+			 * cached prefix (a block without children), the
+			 * most recently used first. */
 	SBD_TYPE_END
+};
+
+/* A page reference: a cache heap's id and a page index in it. */
+#define SBD_PREF(heap, idx) (((uint64_t)(heap) << 32) | (uint32_t)(idx))
+#define SBD_PREF_HEAP(r) ((uint32_t)((r) >> 32))
+#define SBD_PREF_IDX(r) ((uint32_t)(r))
+/* Bounds of a block: tokens and pages (a reply's payload must fit). */
+#define SBD_CACHE_MAX_TOKENS 1024u
+#define SBD_CACHE_MAX_PAGES 4096u
+#define SBD_CACHE_MAX_DEPTH (1u << 24)
+#define SBD_CACHE_MODEL_MAX 128u
+
+struct sbd_cache_entry {
+	uint64_t root;		/* the chain's root key (model, geometry) */
+	uint64_t positions;	/* tokens from the start to its end */
+	uint64_t bytes;		/* pages of the whole prefix */
+	uint64_t idle_ms;	/* since its last put or get */
+	uint32_t uid;
+	uint32_t pins;		/* pins on its last block's pages */
+	char model[SBD_CACHE_MODEL_MAX];	/* "" if never told */
 };
 
 /* HELLO flags */
@@ -78,6 +125,8 @@ struct sbd_status {
 	uint64_t reclaims;	/* RECLAIM requests sent */
 	uint64_t refused;	/* leases answered -ENOMEM */
 	uint64_t clients_total;	/* connections served since start */
+	uint64_t cache_blocks;	/* blocks of the machine-wide cache */
+	uint64_t cache_hits, cache_misses;	/* CACHE_GET answers */
 };
 
 struct sbd_client_info {
@@ -120,6 +169,8 @@ int sbd_send(int sock, const struct sbd_msg *m, const void *payload, int fd);
 /* The same without waiting for room (a message that wants no reply, sent
  * under a lock): -EAGAIN when the peer is not reading. */
 int sbd_send_nowait(int sock, const struct sbd_msg *m);
+int sbd_send_nowait_payload(int sock, const struct sbd_msg *m,
+			    const void *payload);
 
 long sbd_recv(int sock, void *buf, size_t cap, int *fd);
 

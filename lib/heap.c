@@ -91,13 +91,44 @@ fail:
 	return NULL;
 }
 
+static int import_fd(void *ctx, size_t bytes)
+{
+	(void)bytes;
+	return *(int *)ctx;
+}
+
+static void import_release(void *ctx, int fd, size_t bytes)
+{
+	(void)ctx, (void)fd, (void)bytes;	/* the daemon's memory */
+}
+
+struct sbi_heap *sbi_heap_import(int fd, size_t bytes, size_t page_size,
+				 int *err)
+{
+	static const struct sbi_page_source_ops ops = {
+		.name = "import",
+		.heap_fd = import_fd,
+		.heap_release = import_release,
+	};
+	struct sbi_page_source src = {&ops, &fd};
+	struct sbi_heap *h = sbi_heap_create(&src, bytes, page_size, -1, err);
+
+	if (!h)
+		return NULL;
+	h->foreign = true;
+	h->nused = h->npages;
+	memset(h->state, SBI_PG_FOREIGN, h->npages);
+	return h;
+}
+
 void sbi_heap_destroy(const struct sbi_page_source *src, struct sbi_heap *h,
 		      size_t page_size)
 {
 	size_t heap_size = (size_t)h->npages * page_size;
 
 	munmap(h->map, heap_size);
-	src->ops->heap_release(src->ctx, h->fd, heap_size);
+	if (!h->foreign)
+		src->ops->heap_release(src->ctx, h->fd, heap_size);
 	close(h->fd);
 	sbi_meta_free(h, meta_bytes(h->npages));
 }

@@ -120,6 +120,8 @@ int sbi_env_fault_threads(void);
 const char *sbi_env_daemon(void);
 bool sbi_env_daemon_fail(void);
 int sbi_env_daemon_wait_ms(void);
+/* SPARSEBUF_DAEMON_CACHE=0: a client pool's KV caches stay local. */
+bool sbi_env_daemon_cache(void);
 /* SPARSEBUF_RECYCLE: false when set to 0 (read at each pool's creation). */
 bool sbi_env_recycle(void);
 /* NULL if the options are valid, else why not. */
@@ -153,6 +155,8 @@ enum sbi_page_state {
 	SBI_PG_EVICTED,		/* its data went to disk, its memory back:
 				 * reserved, because the evicted buffer page
 				 * still maps it (see evict.c) */
+	SBI_PG_FOREIGN,		/* a page of an imported heap (import.c):
+				 * never allocated, punched or evicted here */
 };
 
 /* heap->owner of a USED page being filled by a page-in (for the check). */
@@ -162,6 +166,13 @@ struct sbi_heap {
 	int fd;			/* memfd: can cross a UNIX socket (daemon) */
 	uint32_t slot;		/* index in pool->heaps */
 	uint32_t npages;
+	/* Imported (import.c): sparsebufd's cache heap `fid` from
+	 * connection `fgen`. Every page FOREIGN, nused = npages (so no
+	 * scan of free or used pages ever picks one), owner[] the pins
+	 * this pool holds on each page at the daemon. */
+	bool foreign;
+	uint32_t fid;
+	uint64_t fgen;
 	uint64_t serial;	/* unique per pool: stale run hints detect reuse */
 	char *map;		/* pool-side mapping, never registered */
 	/* Protected by pool->lock. */
@@ -252,6 +263,34 @@ void sbi_dclient_stash_heaps(struct sbi_dclient *c, uint64_t bytes, int want);
 int sbi_dclient_take_heap(struct sbi_dclient *c, uint64_t bytes);
 /* The heap file fd is given back (every page punched). */
 void sbi_dclient_heap_free(struct sbi_dclient *c, int fd);
+/* The machine-wide prefix cache (daemon/cache.c; lib/dproto.h describes
+ * the messages). Round trips: never under a pool's lock. gen: the
+ * connection a page reference belongs to. */
+/* The daemon's page size (the cache's), 0 when not connected. */
+size_t sbi_dclient_cache_page(struct sbi_dclient *c);
+/* Start putting a block: npages pages (refs, pinned) to fill, then
+ * sbi_dclient_cache_done. -EEXIST, -ENOENT, -ENOSPC, -ENOTCONN... */
+int sbi_dclient_cache_put(struct sbi_dclient *c, uint64_t key, uint64_t pkey,
+			  uint32_t depth, const int32_t *tokens, uint32_t ntok,
+			  uint32_t npages, uint64_t *refs, uint64_t *gen);
+int sbi_dclient_cache_done(struct sbi_dclient *c, uint64_t key, bool ok,
+			   uint64_t gen);
+/* A block of ntok tokens and npages pages (refs, pinned), or -ENOENT. */
+int sbi_dclient_cache_get(struct sbi_dclient *c, uint64_t key, uint64_t pkey,
+			  uint32_t depth, int32_t *tokens, uint32_t ntok,
+			  uint64_t *refs, uint32_t npages, uint64_t *gen);
+/* A cache heap's descriptor (and *bytes), or -errno (-ESTALE: the
+ * connection is not gen any more). */
+int sbi_dclient_cache_heap(struct sbi_dclient *c, uint32_t id, uint64_t gen,
+			   uint64_t *bytes);
+/* Drop count pins of ref: queued (callable under a pool's lock), sent by
+ * sbi_dclient_cache_flush or once many are queued. */
+void sbi_dclient_cache_unpin(struct sbi_dclient *c, uint64_t gen,
+			     uint64_t ref, uint32_t count);
+void sbi_dclient_cache_flush(struct sbi_dclient *c);
+/* Name a chain's root for listings (best effort). */
+void sbi_dclient_cache_model(struct sbi_dclient *c, uint64_t root,
+			     const char *name);
 
 /* ---- heap.c -------------------------------------------------------------------*/
 
@@ -260,7 +299,12 @@ void sbi_dclient_heap_free(struct sbi_dclient *c, int fd);
 struct sbi_heap *sbi_heap_create(const struct sbi_page_source *src,
 				 size_t heap_size, size_t page_size,
 				 int numa_node, int *err);
-/* Unmap it and give its file back to src. */
+/* A heap of bytes over fd (taken: closed on failure too), imported from
+ * sparsebufd's cache: every page FOREIGN. */
+struct sbi_heap *sbi_heap_import(int fd, size_t bytes, size_t page_size,
+				 int *err);
+/* Unmap it and give its file back to src (an imported heap's file is
+ * only closed). */
 void sbi_heap_destroy(const struct sbi_page_source *src, struct sbi_heap *heap,
 		      size_t page_size);
 /* Make pages [idx, idx+n) hold zeros, allocating what has no memory yet:
@@ -526,6 +570,19 @@ uint32_t sbi_run_pages(const struct sb_pool *pool);
 bool sbi_pool_find_site(struct sb_pool *pool, uint32_t want,
 			struct sbi_heap **hp, uint32_t *startp, uint32_t *lenp);
 struct sbi_heap *sbi_pool_add_heap(struct sb_pool *pool, int *err);
+/* Add an imported heap in a free slot; pool->lock held. 0 or -ENOMEM. */
+int sbi_pool_add_foreign(struct sb_pool *pool, struct sbi_heap *h);
+
+/* ---- import.c: pages of sparsebufd's machine-wide cache -------------------*/
+
+/* The pages refs[n] the daemon pinned for this pool on connection gen,
+ * as pool pages: out[] in page-table form (pid + 1), each referenced once
+ * for the caller, who installs them in buffers (sbi_buf_install) or puts
+ * them. Imports the heaps it has not seen (round trips: no lock held).
+ * On failure every pin goes back. 0 or -errno. */
+int sbi_import_refs(struct sb_pool *pool, uint64_t gen, const uint64_t *refs,
+		    size_t n, sbi_pid *out);
+
 /* Record the calling thread's CPU: the ready thread keeps off it. The
  * library's own threads (marked with sbi_thread_internal) are never
  * recorded: the ready thread, placing a prefetch, would otherwise note its
@@ -551,6 +608,12 @@ void sbi_pool_drop_run(struct sb_pool *pool, struct sb_buf *buf);
 /* Look up the buffer that owns addr; the caller holds reg_lock. */
 struct sb_buf *sbi_pool_lookup(struct sb_pool *pool, uintptr_t addr);
 struct sbi_src;
+/* Make dst's pages [d0, d0+n) show pids[] (page-table form, each already
+ * referenced for dst; 0: no page), shared: mapped MAP_PRIVATE and
+ * write-protected, copied on their first write, as sb_buf_share's
+ * destination. What dst had there is released. 0 or -errno (the
+ * references of pages not installed are put). */
+int sbi_buf_install(struct sb_buf *dst, size_t d0, size_t n, sbi_pid *pids);
 /* sb_buf_create with internal flags and a source of pages. */
 struct sb_buf *sbi_buf_create(struct sb_pool *pool, size_t length,
 			      unsigned flags, struct sbi_src *src, int *err);

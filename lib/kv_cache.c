@@ -63,6 +63,7 @@ struct block {
 	bool complete;		/* every windowed layer's rows are in it */
 	bool spilled;		/* its pages went to disk */
 	bool doomed;		/* being dropped (drop_subtree) */
+	bool remote;		/* its slot maps sparsebufd's cache pages */
 };
 
 struct sb_kv_cache {
@@ -83,6 +84,7 @@ struct sb_kv_cache {
 	size_t nbuckets;
 	size_t nblocks;
 	uint64_t tick;
+	bool remote;		/* a client pool's: blocks go machine-wide */
 };
 
 static struct sb_kv_cache *fail_c(int *err, int e)
@@ -328,7 +330,10 @@ static void trim(struct sb_kv_cache *c)
 		 * away soon after, and the older blocks must make room for
 		 * them then. They are never the ones to go. */
 		if (b->last_use == c->tick) {
-			pages += placed_pages(c, b);
+			/* (A block in sparsebufd's cache costs this process
+			 * nothing: the machine's budget counts it.) */
+			if (!b->remote)
+				pages += placed_pages(c, b);
 			continue;
 		}
 		mine[i] = sole_pages(c, b);
@@ -518,6 +523,13 @@ SB_API struct sb_kv_cache *sb_kv_cache_create_sz(struct sb_pool *pool,
 			return fail_c(err, e);
 		}
 	}
+	/* On a client pool the blocks also go to sparsebufd's cache, where
+	 * every process of this uid finds them (kv_remote.c). */
+	c->remote = sbi_kvr_usable(pool, c->store, c->bb / c->store->page,
+				   c->B) &&
+		    sbi_env_daemon_cache();
+	if (c->remote)
+		sbi_dclient_cache_model(pool->client, c->root, model_id);
 	return c;
 }
 
@@ -592,11 +604,117 @@ static void complete_block(struct sb_kv_cache *c, struct sb_kv_seq *s,
 	b->spilled = false;
 }
 
+/* A new block for chain[i] (tokens' i-th block, after chain[i - 1]), in
+ * a slot of its own, used by this call: NULL when out of memory or of
+ * slots. Its pages are the caller's to place. */
+static struct block *new_block(struct sb_kv_cache *c, struct block **chain,
+			       size_t i, const int32_t *tokens)
+{
+	struct block *b = calloc(1, sizeof(*b));
+	size_t slot;
+
+	if (b)
+		b->tokens = malloc(c->B * sizeof(*b->tokens));
+	if (!b || !b->tokens || !take_slot(c, &slot)) {
+		if (b)
+			free(b->tokens);
+		free(b);
+		return NULL;
+	}
+	b->key = block_key(i ? chain[i - 1]->key : c->root, tokens + i * c->B,
+			   c->B);
+	memcpy(b->tokens, tokens + i * c->B, c->B * sizeof(*b->tokens));
+	b->parent = i ? chain[i - 1] : NULL;
+	b->slot = slot;
+	b->depth = i;
+	b->last_use = c->tick;
+	b->next = c->bucket[b->key & (c->nbuckets - 1)];
+	c->bucket[b->key & (c->nbuckets - 1)] = b;
+	c->slot[slot] = b;
+	c->nblocks++;
+	if (b->parent)
+		b->parent->children++;
+	chain[i] = b;
+	return b;
+}
+
+/* ---- machine-wide: a client pool's cache (kv_remote.c) --------------------------- */
+
+/*
+ * Publish the blocks of chain[0, n) not in sparsebufd's cache yet, and
+ * share each back into s (which holds it): s then maps the machine's copy,
+ * and its own pages go. A chain is published from its start, without a
+ * gap: the first block that cannot go (incomplete, on disk, no room on the
+ * machine) ends it. A block someone else cached first is fetched instead.
+ */
+static void publish(struct sb_kv_cache *c, struct sb_kv_seq *s,
+		    struct block **chain, size_t n)
+{
+	size_t per = c->bb / c->store->page;
+
+	for (size_t k = 0; k < n && c->remote; k++) {
+		struct block *b = chain[k];
+		uint64_t pkey = k ? chain[k - 1]->key : c->root;
+		int r;
+
+		if (b->remote)
+			continue;
+		if (!b->complete || b->spilled)
+			break;
+		r = sbi_kvr_publish(c->store, b->slot * per, per, b->key, pkey,
+				    (uint32_t)k, b->tokens, (uint32_t)c->B);
+		if (r == -EEXIST)
+			r = sbi_kvr_fetch(c->store, b->slot * per, per, b->key,
+					  pkey, (uint32_t)k, b->tokens,
+					  (uint32_t)c->B);
+		if (r == -EOPNOTSUPP) {
+			sbi_warn("KV cache \"%s\": this pool's heaps are "
+				 "smaller than sparsebufd's cache heaps; the "
+				 "cache stays in this process", c->model_id);
+			c->remote = false;
+		}
+		if (r < 0)
+			break;
+		b->remote = true;
+		if (k * c->B < s->len && block_held(c, s, k))
+			for (size_t g = 0; g < s->nregions; g++)
+				(void)sb_buf_share(s->buf[g], k * c->bb,
+						   c->store->buf[g],
+						   b->slot * c->bb, c->bb);
+	}
+}
+
+/* Extend the match chain[0, i) with the daemon's blocks for tokens'
+ * blocks from i on; returns the new length. */
+static size_t fetch_more(struct sb_kv_cache *c, const int32_t *tokens,
+			 size_t i, size_t nb, struct block **chain)
+{
+	size_t per = c->bb / c->store->page;
+
+	for (; i < nb && c->remote; i++) {
+		struct block *b = new_block(c, chain, i, tokens);
+		int r;
+
+		if (!b)
+			break;
+		r = sbi_kvr_fetch(c->store, b->slot * per, per, b->key,
+				  i ? chain[i - 1]->key : c->root, (uint32_t)i,
+				  b->tokens, (uint32_t)c->B);
+		if (r < 0) {
+			drop(c, b);
+			if (r == -EOPNOTSUPP)
+				c->remote = false;
+			break;
+		}
+		b->remote = b->complete = true;
+	}
+	return i;
+}
+
 SB_API long sb_kv_cache_put(struct sb_kv_cache *c, struct sb_kv_seq *s,
 			    const int32_t *tokens, size_t n)
 {
 	struct block **chain = NULL;
-	uint64_t key;
 	size_t nb, i, fresh;
 	long r = 0;
 
@@ -622,38 +740,15 @@ SB_API long sb_kv_cache_put(struct sb_kv_cache *c, struct sb_kv_seq *s,
 			complete_block(c, s, chain[k], k);
 	/* The rest, new: a slot each, then their pages shared in. */
 	for (fresh = i; i < nb; i++) {
-		struct block *b = calloc(1, sizeof(*b));
-		size_t slot;
+		struct block *b = new_block(c, chain, i, tokens);
 
-		if (b)
-			b->tokens = malloc(c->B * sizeof(*b->tokens));
-		if (!b || !b->tokens || !take_slot(c, &slot)) {
+		if (!b) {
 			/* Out of memory, or of slots (every one in use by
 			 * this call): keep what fits. */
-			r = !b || !b->tokens ? -ENOMEM : 0;
-			if (b)
-				free(b->tokens);
-			free(b);
+			r = c->nfree || c->next_slot < c->cap ? -ENOMEM : 0;
 			break;
 		}
-		if (i > 0)
-			key = chain[i - 1]->key;
-		else
-			key = c->root;
-		b->key = block_key(key, tokens + i * c->B, c->B);
-		memcpy(b->tokens, tokens + i * c->B, c->B * sizeof(*b->tokens));
-		b->parent = i ? chain[i - 1] : NULL;
-		b->slot = slot;
-		b->depth = i;
-		b->last_use = c->tick;
 		b->complete = block_held(c, s, i);
-		b->next = c->bucket[b->key & (c->nbuckets - 1)];
-		c->bucket[b->key & (c->nbuckets - 1)] = b;
-		c->slot[slot] = b;
-		c->nblocks++;
-		if (b->parent)
-			b->parent->children++;
-		chain[i] = b;
 	}
 	if (i > fresh) {
 		long e = share_blocks(c, s, chain, fresh, i, true);
@@ -665,6 +760,8 @@ SB_API long sb_kv_cache_put(struct sb_kv_cache *c, struct sb_kv_seq *s,
 			r = e;
 		}
 	}
+	if (c->remote && i > 0)
+		publish(c, s, chain, i);
 	if (r == 0 || i > 0)
 		trim(c);
 	pthread_mutex_unlock(&c->lock);
@@ -699,6 +796,8 @@ SB_API struct sb_kv_seq *sb_kv_cache_get(struct sb_kv_cache *c,
 	pthread_mutex_lock(&c->lock);
 	c->tick++;
 	i = match(c, tokens, nb, chain);
+	if (c->remote)
+		i = fetch_more(c, tokens, i, nb, chain);
 	/* The longest end whose window holds no hole. */
 	for (end = i; end > 0; end--) {
 		size_t pos = end * c->B, w = max_window(c->proto), j;

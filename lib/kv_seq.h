@@ -45,4 +45,19 @@ unsigned sbi_kv_region_flags(const struct sb_kv_config *cfg);
  * of a region (what a share, an eviction or a cache entry works in). */
 size_t sbi_kv_block_positions(const struct sb_kv_seq *s);
 
+/* kv_remote.c: a prefix cache's blocks in sparsebufd's machine-wide cache.
+ * A block is per pages of every region of the store, from page p0. */
+bool sbi_kvr_usable(struct sb_pool *pool, const struct sb_kv_seq *store,
+		    size_t per, size_t ntok);
+/* Copy the block in the store slot to the daemon's cache and map the
+ * slot to the cache's pages. 0, -EEXIST (cached already), -errno. */
+int sbi_kvr_publish(struct sb_kv_seq *store, size_t p0, size_t per,
+		    uint64_t key, uint64_t pkey, uint32_t depth,
+		    const int32_t *tokens, uint32_t ntok);
+/* Map the daemon's block (its tokens equal to tokens) in the store slot.
+ * 0, -ENOENT (not cached), -errno. */
+int sbi_kvr_fetch(struct sb_kv_seq *store, size_t p0, size_t per,
+		  uint64_t key, uint64_t pkey, uint32_t depth,
+		  const int32_t *tokens, uint32_t ntok);
+
 #endif

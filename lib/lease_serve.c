@@ -203,6 +203,8 @@ static void *lease_thread(void *arg)
 			/* The next heap ready (source.c takes it). */
 			sbi_dclient_stash_heaps(pool->client, pool->heap_size,
 						1);
+			/* Pins on cache pages let go of (import.c). */
+			sbi_dclient_cache_flush(pool->client);
 		}
 		pthread_mutex_lock(&l->lock);
 	}

@@ -18,6 +18,7 @@
  * would exceed it.
  */
 #include "internal.h"
+#include "dproto.h"
 #include "uffd_compat.h"
 
 #include <errno.h>
@@ -44,20 +45,44 @@ uint32_t sbi_run_pages(const struct sb_pool *pool)
 
 static bool page_free(const struct sbi_heap *h, uint32_t i)
 {
-	return h->state[i] != SBI_PG_USED && h->state[i] != SBI_PG_EVICTED;
+	return h->state[i] != SBI_PG_USED && h->state[i] != SBI_PG_EVICTED &&
+	       h->state[i] != SBI_PG_FOREIGN;
 }
 
 /* ---- heaps ------------------------------------------------------------- */
+
+/* A free heap slot, or heap_cap. */
+static uint32_t free_slot(struct sb_pool *pool)
+{
+	uint32_t slot;
+
+	for (slot = 0; slot < pool->heap_hi && pool->heaps[slot]; slot++)
+		;
+	return slot;
+}
+
+int sbi_pool_add_foreign(struct sb_pool *pool, struct sbi_heap *h)
+{
+	SBI_HELD(&pool->lock);
+	uint32_t slot = free_slot(pool);
+
+	if (slot == pool->heap_cap || h->npages > pool->pages_per_heap)
+		return -ENOMEM;
+	h->slot = slot;
+	h->serial = ++pool->heap_serial;
+	pool->heaps[slot] = h;
+	if (slot == pool->heap_hi)
+		pool->heap_hi++;
+	return 0;
+}
 
 /* Add a heap; pool->lock held. */
 struct sbi_heap *sbi_pool_add_heap(struct sb_pool *pool, int *err)
 {
 	SBI_HELD(&pool->lock);
 	struct sbi_heap *h;
-	uint32_t slot;
+	uint32_t slot = free_slot(pool);
 
-	for (slot = 0; slot < pool->heap_hi && pool->heaps[slot]; slot++)
-		;
 	if (slot == pool->heap_cap) {
 		*err = -ENOMEM;
 		return NULL;
@@ -587,6 +612,16 @@ void sbi_pool_put(struct sb_pool *pool, const sbi_pid *pids, size_t n)
 		i = sbi_pid_index(pool, pids[k] - 1);
 		if (--h->refs[i])
 			continue;
+		if (h->foreign) {
+			/* An imported cache page (import.c) nobody here maps
+			 * any more: the daemon's pins on it go. */
+			if (h->owner[i])
+				sbi_dclient_cache_unpin(pool->client, h->fgen,
+							SBD_PREF(h->fid, i),
+							h->owner[i]);
+			h->owner[i] = 0;
+			continue;
+		}
 		h->state[i] = SBI_PG_DIRTY;
 		h->owner[i] = 0;	/* a page-in's mark */
 		h->nused--;
@@ -655,8 +690,13 @@ uint32_t sbi_pool_refs(struct sb_pool *pool, sbi_pid p)
 {
 	uint32_t r;
 
+	struct sbi_heap *h;
+
 	pthread_mutex_lock(&pool->lock);
-	r = sbi_pid_heap(pool, p)->refs[sbi_pid_index(pool, p)];
+	h = sbi_pid_heap(pool, p);
+	/* An imported page has one more holder: the machine-wide cache. It
+	 * is never anybody's alone (written in place, evicted, punched). */
+	r = h->refs[sbi_pid_index(pool, p)] + h->foreign;
 	pthread_mutex_unlock(&pool->lock);
 	return r;
 }

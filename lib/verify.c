@@ -22,7 +22,7 @@ static int check_heaps(struct sb_pool *pool, char *why, size_t len)
 		struct sbi_heap *h = pool->heaps[s];
 		uint32_t n[SBI_PG_EVICTED + 1] = {0};
 
-		if (!h)
+		if (!h || h->foreign)
 			continue;
 		nheaps++;
 		for (uint32_t i = 0; i < h->npages; i++) {
@@ -112,6 +112,11 @@ static int check_refs(struct sb_pool *pool, char *why, size_t len)
 		    h->owner[p % pool->pages_per_heap] == SBI_OWNER_IO)
 			count[p]++;
 
+		if (h && p % pool->pages_per_heap >= h->npages) {
+			if (count[p])
+				r = BAD("pool page %zu: past its heap", p);
+			continue;
+		}
 		if (h && h->refs[p % pool->pages_per_heap] != count[p])
 			r = BAD("pool page %zu: %u references, %u mappings", p,
 				h->refs[p % pool->pages_per_heap], count[p]);

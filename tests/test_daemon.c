@@ -12,6 +12,7 @@
  */
 #include "harness.h"
 #include "dproto.h"
+#include "sparsebuf_kv.h"
 
 #include <fcntl.h>
 #include <libgen.h>
@@ -219,6 +220,233 @@ static int reap(pid_t pid, double timeout_s)
 		usleep(2000);
 	}
 	return child_exit_code(st);
+}
+
+/* ---- the machine-wide prefix cache -------------------------------------- */
+
+#define KV_L 4
+#define KV_TOKENS 2048	/* 2 blocks of 1024 positions (256-byte rows) */
+
+static struct sb_kv_config kv_config(void)
+{
+	struct sb_kv_config c = {
+		.n_layers = KV_L, .n_kv_heads = 2, .head_dim = 64,
+		.dtype = SB_KV_F16, .max_ctx = 1 << 14,
+	};
+	return c;
+}
+
+static int32_t kv_token(size_t p)
+{
+	return (int32_t)(p * 7 + 3);
+}
+
+static uint8_t kv_pat(size_t p, size_t g, size_t j)
+{
+	return (uint8_t)(p * 31 + g * 7 + j + 1);
+}
+
+/* The physical frame of the page at p (root: /proc/self/pagemap), 0 if
+ * not present or not readable. */
+static uint64_t pfn_of(const void *p)
+{
+	uint64_t e = 0;
+	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0;
+	if (pread(fd, &e, 8, (off_t)((uintptr_t)p / 4096 * 8)) != 8)
+		e = 0;
+	close(fd);
+	return e >> 63 ? e & ((1ull << 55) - 1) : 0;
+}
+
+static bool kv_rows_ok(struct sb_kv_seq *s, size_t upto)
+{
+	size_t row = sb_kv_row_bytes(s);
+
+	for (int l = 0; l < KV_L; l++)
+		for (int v = 0; v < 2; v++) {
+			const uint8_t *b = v ? sb_kv_v(s, l) : sb_kv_k(s, l);
+			size_t g = 2 * (size_t)l + (size_t)v;
+
+			for (size_t p = 0; p < upto; p++)
+				for (size_t j = 0; j < row; j += 17)
+					if (b[p * row + j] != kv_pat(p, g, j))
+						return false;
+		}
+	return true;
+}
+
+/* A prompt computed (written) and put in the cache; exits at once: the
+ * prefix outlives it. */
+static int child_cache_put(void)
+{
+	struct sb_kv_config cfg = kv_config();
+	int32_t toks[KV_TOKENS];
+	struct sb_kv_cache *c;
+	struct sb_kv_seq *s;
+	struct sb_pool *p;
+	size_t row;
+	int err = 0;
+
+	p = connect_pool(256 * MiB, &err);
+	CHECK(p);
+	s = sb_kv_create(p, &cfg, &err);
+	CHECK(s);
+	c = sb_kv_cache_create(p, &cfg, "test-model", 64 * MiB, &err);
+	CHECK(c);
+	CHECK(sb_kv_prepare(s, KV_TOKENS) >= 0);
+	row = sb_kv_row_bytes(s);
+	for (size_t i = 0; i < KV_TOKENS; i++)
+		toks[i] = kv_token(i);
+	for (int l = 0; l < KV_L; l++)
+		for (int v = 0; v < 2; v++) {
+			uint8_t *b = v ? sb_kv_v(s, l) : sb_kv_k(s, l);
+
+			for (size_t q = 0; q < KV_TOKENS; q++)
+				for (size_t j = 0; j < row; j++)
+					b[q * row + j] = kv_pat(q, 2 * l + v, j);
+		}
+	CHECK(sb_kv_commit(s, KV_TOKENS) >= 0);
+	CHECK_EQ(sb_kv_cache_put(c, s, toks, KV_TOKENS), KV_TOKENS);
+	/* The sequence now maps the machine's copy: still its rows. */
+	CHECK(kv_rows_ok(s, KV_TOKENS));
+	sb_kv_destroy(s);
+	sb_kv_cache_destroy(c);
+	sb_pool_destroy(p);
+	return 0;
+}
+
+/* Finds the prompt, checks it, writes the frame of its first K page to
+ * pfn-NAME; with SBD_CACHE_HOLD waits (pinned) for the mark "release";
+ * then writes a row (copy-on-write: the cache's copy is unchanged). */
+static int child_cache_get(void)
+{
+	struct sb_kv_config cfg = kv_config();
+	const char *name = getenv("SBD_CACHE_NAME");
+	int32_t toks[KV_TOKENS];
+	struct sb_kv_cache *c;
+	struct sb_kv_seq *s;
+	struct sb_pool *p;
+	size_t hit = 0;
+	char path[PATH_MAX];
+	uint8_t *k0;
+	uint64_t pfn;
+	FILE *f;
+	int err = 0;
+
+	p = connect_pool(256 * MiB, &err);
+	CHECK(p);
+	c = sb_kv_cache_create(p, &cfg, "test-model", 64 * MiB, &err);
+	CHECK(c);
+	for (size_t i = 0; i < KV_TOKENS; i++)
+		toks[i] = kv_token(i);
+	s = sb_kv_cache_get(c, toks, KV_TOKENS, &hit, &err);
+	CHECK(s);
+	CHECK_EQ(hit, KV_TOKENS);
+	CHECK(kv_rows_ok(s, KV_TOKENS));
+	k0 = sb_kv_k(s, 0);
+	pfn = pfn_of(k0);
+	snprintf(path, sizeof(path), "%s/pfn-%s", dir, name ? name : "x");
+	f = fopen(path, "w");
+	CHECK(f);
+	fprintf(f, "%llu\n", (unsigned long long)pfn);
+	fclose(f);
+	if (getenv("SBD_CACHE_HOLD")) {
+		mark("holding");
+		wait_mark("release", 60);
+	}
+	k0[0] ^= 0xff;	/* copy-on-write: a page of our own */
+	CHECK_EQ(k0[0], (uint8_t)(kv_pat(0, 0, 0) ^ 0xff));
+	CHECK(!pfn || pfn_of(k0) != pfn);
+	sb_kv_destroy(s);
+	sb_kv_cache_destroy(c);
+	sb_pool_destroy(p);
+	return 0;
+}
+
+static uint64_t read_pfn(const char *name)
+{
+	char path[PATH_MAX];
+	unsigned long long v = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/pfn-%s", dir, name);
+	f = fopen(path, "r");
+	CHECK(f);
+	CHECK(fscanf(f, "%llu", &v) == 1);
+	fclose(f);
+	return v;
+}
+
+static void test_cache(void)
+{
+	char *hold[] = {(char *)"SBD_CACHE_NAME=held",
+			(char *)"SBD_CACHE_HOLD=1", NULL};
+	char *b[] = {(char *)"SBD_CACHE_NAME=b", NULL};
+	char *c2[] = {(char *)"SBD_CACHE_NAME=c", NULL};
+	struct sbd_status st;
+	uint64_t shared, pfn_b, pfn_c;
+	pid_t pid;
+
+	start_daemon("1G");
+	CHECK_EQ(reap(spawn_child("cache_put", NULL), 30), 0);
+	status(&st, NULL, 0);
+	/* 2 blocks x 8 regions x one 256 KiB page, after the putter left. */
+	shared = st.bytes_shared;
+	CHECK_EQ(st.cache_blocks, 2);
+	CHECK_EQ(shared, 2 * 2 * KV_L * PAGE);
+	CHECK_EQ(st.bytes_used, shared);
+	/* Two processes find it: the same physical page, each copying on
+	 * its own write, the cache's copy intact for the next. */
+	CHECK_EQ(reap(spawn_child("cache_get", b), 30), 0);
+	CHECK_EQ(reap(spawn_child("cache_get", c2), 30), 0);
+	pfn_b = read_pfn("b");
+	pfn_c = read_pfn("c");
+	if (geteuid() == 0) {
+		CHECK(pfn_b != 0);
+		CHECK_EQ(pfn_b, pfn_c);
+	}
+	status(&st, NULL, 0);
+	CHECK_EQ(st.cache_hits, 2 * 2);
+	CHECK_EQ(st.bytes_shared, shared);
+	/* A holder killed: its pins go, the prefix stays. */
+	pid = spawn_child("cache_get", hold);
+	wait_mark("holding", 30);
+	{
+		char cmd[PATH_MAX * 2];
+
+		snprintf(cmd, sizeof(cmd),
+			 "%s/sparsebufctl -s %s cache --json | "
+			 "grep -q '\"positions\": 2048, .*\"pins\": [1-9]'",
+			 dirname(strdup(daemon_bin)), sock_path);
+		CHECK_EQ(system(cmd), 0);	/* listed, pinned */
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	{
+		char cmd[PATH_MAX * 2];
+		double t0 = now_s();
+
+		snprintf(cmd, sizeof(cmd),
+			 "%s/sparsebufctl -s %s cache --json | "
+			 "grep -q '\"positions\": 2048, .*\"pins\": 0,'",
+			 dirname(strdup(daemon_bin)), sock_path);
+		while (system(cmd) != 0)
+			if (now_s() - t0 > 1)
+				FAIL("pins of a killed client still held "
+				     "after 1 s");
+	}
+	status(&st, NULL, 0);
+	CHECK_EQ(st.cache_blocks, 2);
+	CHECK_EQ(st.bytes_shared, shared);
+	/* The budget wants the pages: nobody maps them, they go first. */
+	printf("cache: a prompt put by one process found by two others in "
+	       "the same physical pages (pfn %llu), copy-on-write, pins of "
+	       "a killed one dropped, the prefix kept\n",
+	       (unsigned long long)pfn_b);
+	stop_daemon(SIGTERM);
 }
 
 /* ---- children ---------------------------------------------------------- */
@@ -722,6 +950,10 @@ static int child(const char *name)
 		return child_grower();
 	if (!strcmp(name, "witness"))
 		return child_witness();
+	if (!strcmp(name, "cache_put"))
+		return child_cache_put();
+	if (!strcmp(name, "cache_get"))
+		return child_cache_get();
 	return 2;
 }
 
@@ -743,6 +975,7 @@ static int main_test(void)
 	signal(SIGPIPE, SIG_IGN);
 	atexit(kill_daemon);
 
+	test_cache();
 	test_basic();
 	test_idle_gives();
 	test_client_killed();

@@ -3,12 +3,15 @@
  * sparsebufctl: ask sparsebufd how the machine's memory budget is spent.
  *
  *   sparsebufctl -s PATH status [--json]
+ *   sparsebufctl -s PATH cache [--json]
  *   sparsebufctl -s PATH wait [--timeout MS]
  *
  * status: the budget, what is leased, resident and on disk, and one line
  * per client process (pid, uid, bytes leased, resident, in use, on disk,
- * idle time). A user other than root and the daemon's sees only the
- * processes of its own uid. wait: until a daemon answers at PATH (for
+ * idle time). cache: the machine-wide prefix cache, one line per cached
+ * prefix (model id, positions, bytes, pins, last use). A user other than
+ * root and the daemon's sees only the processes and prefixes of its own
+ * uid. wait: until a daemon answers at PATH (for
  * scripts that start one), exit 1 after the timeout.
  */
 #include "cli.h"
@@ -136,7 +139,8 @@ static int status(const char *path, bool json)
 		       "\"bytes_spilled\": %llu, \"page_size\": %llu, "
 		       "\"uptime_ms\": %llu, \"reclaims\": %llu, "
 		       "\"refused\": %llu, \"clients_total\": %llu, "
-		       "\"clients\": [",
+		       "\"cache_blocks\": %llu, \"cache_hits\": %llu, "
+		       "\"cache_misses\": %llu, \"clients\": [",
 		       (unsigned long long)st->max_bytes,
 		       (unsigned long long)st->bytes_used,
 		       (unsigned long long)st->bytes_resident,
@@ -146,7 +150,10 @@ static int status(const char *path, bool json)
 		       (unsigned long long)st->uptime_ms,
 		       (unsigned long long)st->reclaims,
 		       (unsigned long long)st->refused,
-		       (unsigned long long)st->clients_total);
+		       (unsigned long long)st->clients_total,
+		       (unsigned long long)st->cache_blocks,
+		       (unsigned long long)st->cache_hits,
+		       (unsigned long long)st->cache_misses);
 		for (uint64_t i = 0; i < st->nclients; i++)
 			printf("%s{\"pid\": %d, \"uid\": %u, \"id\": %u, "
 			       "\"page_size\": %u, \"bytes\": %llu, "
@@ -177,6 +184,10 @@ static int status(const char *path, bool json)
 	       (unsigned long long)st->reclaims,
 	       (unsigned long long)st->refused,
 	       (double)st->uptime_ms / 1000);
+	printf("cache: %llu block(s), %.1f MiB; %llu hit(s), %llu miss(es)\n",
+	       (unsigned long long)st->cache_blocks, mib(st->bytes_shared),
+	       (unsigned long long)st->cache_hits,
+	       (unsigned long long)st->cache_misses);
 	if (st->nclients)
 		printf("%8s %6s %10s %10s %10s %10s %8s\n", "pid", "uid",
 		       "MiB", "resident", "used", "on disk", "idle s");
@@ -185,6 +196,82 @@ static int status(const char *path, bool json)
 		       ci[i].pid, ci[i].uid, mib(ci[i].bytes),
 		       mib(ci[i].resident), mib(ci[i].used),
 		       mib(ci[i].spilled), (double)ci[i].idle_ms / 1000);
+	return 0;
+}
+
+/* JSON string: the model ids are printable ASCII (the daemon keeps them
+ * so); quotes and backslashes escaped. */
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			putchar('\\');
+		putchar(*s);
+	}
+	putchar('"');
+}
+
+static int cache(const char *path, bool json)
+{
+	static char buf[sizeof(struct sbd_msg) + SBD_MAX_PAYLOAD];
+	struct sbd_msg m = {.type = SBD_CACHE_LIST, .seq = 2}, rep;
+	const struct sbd_cache_entry *e;
+	int fd = hello(path, buf, sizeof(buf));
+	long n;
+
+	if (fd < 0) {
+		fprintf(stderr, "sparsebufctl: %s: %s\n", path, strerror(-fd));
+		return 1;
+	}
+	n = ask(fd, &m, buf, sizeof(buf));
+	close(fd);
+	if (n < 0) {
+		fprintf(stderr, "sparsebufctl: %s: cache: %s\n", path,
+			strerror((int)-n));
+		return 1;
+	}
+	memcpy(&rep, buf, sizeof(rep));
+	e = (const struct sbd_cache_entry *)(buf + sizeof(rep));
+	if (rep.len != rep.a * sizeof(*e)) {
+		fprintf(stderr, "sparsebufctl: %s: a malformed listing\n",
+			path);
+		return 1;
+	}
+	if (json) {
+		printf("{\"prefixes\": [");
+		for (uint64_t i = 0; i < rep.a; i++) {
+			char model[SBD_CACHE_MODEL_MAX];
+
+			memcpy(model, e[i].model, sizeof(model));
+			model[sizeof(model) - 1] = 0;
+			printf("%s{\"model\": ", i ? ", " : "");
+			json_str(model);
+			printf(", \"root\": \"%016llx\", \"positions\": %llu, "
+			       "\"bytes\": %llu, \"pins\": %u, \"uid\": %u, "
+			       "\"idle_ms\": %llu}",
+			       (unsigned long long)e[i].root,
+			       (unsigned long long)e[i].positions,
+			       (unsigned long long)e[i].bytes, e[i].pins,
+			       e[i].uid, (unsigned long long)e[i].idle_ms);
+		}
+		printf("]}\n");
+		return 0;
+	}
+	printf("%llu cached prefix(es)\n", (unsigned long long)rep.a);
+	if (rep.a)
+		printf("%-24s %10s %10s %6s %6s %8s\n", "model", "positions",
+		       "MiB", "pins", "uid", "idle s");
+	for (uint64_t i = 0; i < rep.a; i++) {
+		char model[SBD_CACHE_MODEL_MAX];
+
+		memcpy(model, e[i].model, sizeof(model));
+		model[sizeof(model) - 1] = 0;
+		printf("%-24s %10llu %10.1f %6u %6u %8.1f\n",
+		       *model ? model : "?",
+		       (unsigned long long)e[i].positions, mib(e[i].bytes),
+		       e[i].pins, e[i].uid, (double)e[i].idle_ms / 1000);
+	}
 	return 0;
 }
 
@@ -218,7 +305,8 @@ int main(int argc, char **argv)
 {
 	struct sbc cli = {
 		.prog = "sparsebufctl",
-		.usage = "-s PATH status [--json]\n-s PATH wait [--timeout MS]",
+		.usage = "-s PATH status [--json]\n-s PATH cache [--json]\n"
+			 "-s PATH wait [--timeout MS]",
 		.about = "Ask sparsebufd how the machine's memory budget is "
 			 "spent, or wait for one to answer.",
 		.opts = opts,
@@ -251,7 +339,9 @@ int main(int argc, char **argv)
 		sbc_fail(&cli, "no socket: -s PATH or SPARSEBUF_DAEMON");
 	if (!cmd || !strcmp(cmd, "status"))
 		return status(path, json);
+	if (!strcmp(cmd, "cache"))
+		return cache(path, json);
 	if (!strcmp(cmd, "wait"))
 		return wait_daemon(path, timeout);
-	sbc_fail(&cli, "unknown command '%s' (status, wait)", cmd);
+	sbc_fail(&cli, "unknown command '%s' (status, cache, wait)", cmd);
 }

@@ -61,7 +61,7 @@ $(BUILD)/fuzz-replay/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(FUZZ_DEPS
 # its main() (sparsebufd.c), and lib/dproto.o, not the library. Explicit
 # rules: they win over the patterns above.
 FUZZ_DMSG_OBJ := $(addprefix $(BUILD)/obj/,daemon/loop.o daemon/server.o \
-	daemon/budget.o lib/dproto.o)
+	daemon/budget.o daemon/cache.o lib/dproto.o)
 FUZZ_DMSG_DEPS := tests/fuzz/fuzz.h $(FUZZ_DMSG_OBJ) $(wildcard daemon/*.h) \
 	lib/dproto.h
 
