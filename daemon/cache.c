@@ -764,3 +764,73 @@ void sbd_cache_free(struct sbd_server *s)
 	free(k);
 	s->cache = NULL;
 }
+
+/* ---- the invariants (tests/fuzz/fuzz_dmsg.c) ------------------------------------ */
+
+const char *sbd_cache_check(const struct sbd_server *s)
+{
+	static char why[160];
+	const struct sbd_cache *k = s->cache;
+	uint64_t held = 0;
+
+	if (!k)
+		return s->cache_bytes ? "cache bytes without a cache" : NULL;
+	for (size_t i = 0; i < k->nheaps; i++) {
+		const struct sbd_cheap *h = k->heaps[i];
+		uint32_t nfree = 0;
+
+		for (uint32_t p = 0; p < h->npages; p++) {
+			uint64_t pins = 0, ref = SBD_PREF(h->id, p);
+
+			nfree += !h->inuse[p] && !h->pins[p];
+			if (h->inuse[p] != (h->blk[p] != NULL))
+				return "a page in use without its block";
+			for (const struct sbd_client *c = s->clients; c;
+			     c = c->next) {
+				const struct sbd_pins *q = c->pins;
+
+				if (q && q->cap && q->ref[pin_slot(q, ref)])
+					pins += q->cnt[pin_slot(q, ref)];
+			}
+			if (pins != h->pins[p]) {
+				snprintf(why, sizeof(why),
+					 "heap %u page %u: %u pins, clients "
+					 "hold %llu", h->id, p, h->pins[p],
+					 (unsigned long long)pins);
+				return why;
+			}
+		}
+		if (nfree != h->nfree)
+			return "a heap's free count";
+		held += (uint64_t)(h->npages - h->nfree) * s->page_size;
+	}
+	if (held != s->cache_bytes) {
+		snprintf(why, sizeof(why), "cache bytes %llu, pages held %llu",
+			 (unsigned long long)s->cache_bytes,
+			 (unsigned long long)held);
+		return why;
+	}
+	for (uint32_t i = 0; i < NBUCKETS; i++)
+		for (const struct sbd_block *b = k->bucket[i]; b; b = b->next) {
+			uint32_t pins = 0, children = 0;
+
+			for (uint32_t p = 0; p < b->npages; p++) {
+				const struct sbd_cheap *h =
+					heap_by_id((struct sbd_cache *)k,
+						   SBD_PREF_HEAP(b->pages[p]));
+
+				if (!h || h->blk[SBD_PREF_IDX(b->pages[p])] != b)
+					return "a block's page not its own";
+				pins += h->pins[SBD_PREF_IDX(b->pages[p])];
+			}
+			if (pins != b->pins)
+				return "a block's pin count";
+			for (uint32_t j = 0; j < NBUCKETS; j++)
+				for (const struct sbd_block *x = k->bucket[j];
+				     x; x = x->next)
+					children += x->parent == b;
+			if (children != b->children)
+				return "a block's children";
+		}
+	return NULL;
+}

@@ -108,5 +108,7 @@ void sbd_cache_drop_client(struct sbd_server *s, struct sbd_client *c);
 uint64_t sbd_cache_shrink(struct sbd_server *s, uint64_t need);
 uint64_t sbd_cache_blocks(const struct sbd_server *s);
 void sbd_cache_free(struct sbd_server *s);
+/* Its invariants (pages, pins, blocks, bytes): NULL, or what is wrong. */
+const char *sbd_cache_check(const struct sbd_server *s);
 
 #endif

@@ -32,6 +32,12 @@ ctl
 kill $a
 wait $a || true
 tail -n +2 "$dir/a"
+echo "   one system prompt, three processes: the first computes it and puts it in"
+echo "   the machine-wide cache, the others find it and map the same pages"
+"$build/bench/daemon" --prompts 3 --layers 8 \
+	--client "$sock" \
+	--prompt-tokens 1024 | sed 's/^/   /'
+"$build/bin/sparsebufctl" -s "$sock" cache | sed 's/^/   | /'
 kill $daemon
 wait $daemon
 echo "   sparsebufd stopped"

@@ -19,7 +19,7 @@ static bool entered(struct sb_pool *pool, sbi_pid pid)
 	static const char zero[PEEK];
 	char peek[PEEK];
 	struct sbi_heap *h = sbi_pid_heap(pool, pid);
-	off_t off = (off_t)((size_t)sbi_pid_index(pool, pid) << pool->page_shift);
+	off_t off = sbi_pid_off(pool, pid);
 
 	return pread(h->fd, peek, sizeof(peek), off) == (ssize_t)sizeof(peek) &&
 	       memcmp(peek, zero, sizeof(peek)) != 0;

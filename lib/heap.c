@@ -42,13 +42,40 @@ static size_t meta_bytes(uint32_t npages)
 	       (size_t)npages * (sizeof(uintptr_t) + 2 * sizeof(uint32_t) + 2);
 }
 
+/* The struct over fd's bytes from off, mapped (fd not closed on failure). */
+static struct sbi_heap *heap_map(int fd, off_t off, size_t bytes,
+				 size_t page_size, int *err)
+{
+	uint32_t npages = (uint32_t)(bytes / page_size);
+	struct sbi_heap *h = sbi_meta_alloc(meta_bytes(npages), true);
+
+	if (!h) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	h->fd = fd;
+	h->foff = off;
+	h->npages = npages;
+	h->raddr = (uintptr_t *)(h + 1);
+	h->refs = (uint32_t *)(h->raddr + npages);
+	h->owner = h->refs + npages;
+	h->state = (uint8_t *)(h->owner + npages);
+	h->rbit = h->state + npages;
+	h->map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
+	if (h->map == MAP_FAILED) {
+		*err = -errno;
+		sbi_meta_free(h, meta_bytes(npages));
+		return NULL;
+	}
+	madvise(h->map, bytes, MADV_DONTFORK);
+	return h;
+}
+
 struct sbi_heap *sbi_heap_create(const struct sbi_page_source *src,
 				 size_t heap_size, size_t page_size,
 				 int numa_node, int *err)
 {
 	struct sbi_heap *h;
-	uint32_t npages = (uint32_t)(heap_size / page_size);
-	size_t meta = meta_bytes(npages);
 	int fd, r;
 
 	fd = src->ops->heap_fd(src->ctx, heap_size);
@@ -56,65 +83,32 @@ struct sbi_heap *sbi_heap_create(const struct sbi_page_source *src,
 		*err = fd;
 		return NULL;
 	}
-	h = sbi_meta_alloc(meta, true);
-	if (!h) {
-		*err = -ENOMEM;
-		src->ops->heap_release(src->ctx, fd, heap_size);
-		close(fd);
-		return NULL;
-	}
-	h->fd = fd;
-	h->npages = npages;
-	h->raddr = (uintptr_t *)(h + 1);
-	h->refs = (uint32_t *)(h->raddr + npages);
-	h->owner = h->refs + npages;
-	h->state = (uint8_t *)(h->owner + npages);
-	h->rbit = h->state + npages;
-	h->map = mmap(NULL, heap_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-		      0);
-	if (h->map == MAP_FAILED) {
-		*err = -errno;
+	h = heap_map(fd, 0, heap_size, page_size, err);
+	if (!h)
 		goto fail;
-	}
-	madvise(h->map, heap_size, MADV_DONTFORK);
 	r = heap_bind(h->map, heap_size, numa_node);
 	if (r < 0) {
 		*err = r;
 		munmap(h->map, heap_size);
+		sbi_meta_free(h, meta_bytes(h->npages));
 		goto fail;
 	}
 	return h;
 fail:
 	src->ops->heap_release(src->ctx, fd, heap_size);
 	close(fd);
-	sbi_meta_free(h, meta);
 	return NULL;
 }
 
-static int import_fd(void *ctx, size_t bytes)
+struct sbi_heap *sbi_heap_import(int fd, off_t off, size_t bytes,
+				 size_t page_size, int *err)
 {
-	(void)bytes;
-	return *(int *)ctx;
-}
+	struct sbi_heap *h = heap_map(fd, off, bytes, page_size, err);
 
-static void import_release(void *ctx, int fd, size_t bytes)
-{
-	(void)ctx, (void)fd, (void)bytes;	/* the daemon's memory */
-}
-
-struct sbi_heap *sbi_heap_import(int fd, size_t bytes, size_t page_size,
-				 int *err)
-{
-	static const struct sbi_page_source_ops ops = {
-		.name = "import",
-		.heap_fd = import_fd,
-		.heap_release = import_release,
-	};
-	struct sbi_page_source src = {&ops, &fd};
-	struct sbi_heap *h = sbi_heap_create(&src, bytes, page_size, -1, err);
-
-	if (!h)
+	if (!h) {
+		close(fd);
 		return NULL;
+	}
 	h->foreign = true;
 	h->nused = h->npages;
 	memset(h->state, SBI_PG_FOREIGN, h->npages);

@@ -22,49 +22,76 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
-/* The imported heap of connection gen with the daemon's id; pool->lock
- * held. */
-static struct sbi_heap *find(struct sb_pool *pool, uint64_t gen, uint32_t id)
+/* The imported heap (window) of connection gen holding the daemon's page
+ * idx of its heap id; pool->lock held. */
+static struct sbi_heap *find(struct sb_pool *pool, uint64_t gen, uint32_t id,
+			     uint32_t idx)
 {
 	for (uint32_t s = 0; s < pool->heap_hi; s++) {
 		struct sbi_heap *h = pool->heaps[s];
 
-		if (h && h->foreign && h->fid == id && h->fgen == gen)
+		if (h && h->foreign && h->fid == id && h->fgen == gen &&
+		    idx - h->fbase < h->npages)
 			return h;
 	}
 	return NULL;
 }
 
+/* Import the daemon's cache heap id: one pool heap per window of
+ * pages_per_heap pages (the cache's heaps may be larger than the pool's). */
 static int import_heap(struct sb_pool *pool, uint64_t gen, uint32_t id)
 {
-	struct sbi_heap *h;
+	struct sbi_heap *w[64];
+	size_t pph = pool->pages_per_heap, n = 0, added = 0, npages;
 	uint64_t bytes;
 	int fd, r = 0;
 
 	fd = sbi_dclient_cache_heap(pool->client, id, gen, &bytes);
 	if (fd < 0)
 		return fd;
-	if (bytes % pool->page_size ||
-	    bytes / pool->page_size > pool->pages_per_heap) {
+	npages = bytes / pool->page_size;
+	if (bytes % pool->page_size || !npages ||
+	    (npages + pph - 1) / pph > sizeof(w) / sizeof(w[0])) {
 		close(fd);
-		return -EOPNOTSUPP;	/* heaps too small for the cache's */
+		return -EOPNOTSUPP;	/* pool heaps too small for the cache's */
 	}
-	h = sbi_heap_import(fd, bytes, pool->page_size, &r);
-	if (!h)
-		return r;
-	h->fid = id;
-	h->fgen = gen;
+	for (size_t base = 0; base < npages && r == 0; base += pph) {
+		size_t k = npages - base < pph ? npages - base : pph;
+		bool last = base + k == npages;
+		int wfd = last ? fd : dup(fd);
+
+		if (wfd < 0) {
+			r = -errno;
+			break;
+		}
+		if (last)
+			fd = -1;	/* the last window's now */
+		w[n] = sbi_heap_import(wfd, (off_t)(base * pool->page_size),
+				       k * pool->page_size, pool->page_size,
+				       &r);
+		if (!w[n])
+			break;
+		w[n]->fid = id;
+		w[n]->fgen = gen;
+		w[n]->fbase = (uint32_t)base;
+		n++;
+	}
+	if (fd >= 0)
+		close(fd);
 	pthread_mutex_lock(&pool->lock);
-	if (find(pool, gen, id))
-		r = 1;	/* another thread imported it meanwhile */
-	else
-		r = sbi_pool_add_foreign(pool, h);
+	if (r == 0 && !find(pool, gen, id, 0))
+		for (; added < n; added++) {
+			r = sbi_pool_add_foreign(pool, w[added]);
+			if (r < 0)
+				break;	/* those added stay, unused */
+		}
 	pthread_mutex_unlock(&pool->lock);
-	if (r)
-		sbi_heap_destroy(&pool->source, h, pool->page_size);
-	return r < 0 ? r : 0;
+	for (size_t k = added; k < n; k++)
+		sbi_heap_destroy(&pool->source, w[k], pool->page_size);
+	return r;
 }
 
 int sbi_import_refs(struct sb_pool *pool, uint64_t gen, const uint64_t *refs,
@@ -79,25 +106,26 @@ int sbi_import_refs(struct sb_pool *pool, uint64_t gen, const uint64_t *refs,
 		bool have;
 
 		if (k && SBD_PREF_HEAP(refs[k]) == SBD_PREF_HEAP(refs[k - 1]))
-			continue;
+			continue;	/* (any window imports them all) */
 		pthread_mutex_lock(&pool->lock);
-		have = find(pool, gen, SBD_PREF_HEAP(refs[k])) != NULL;
+		have = find(pool, gen, SBD_PREF_HEAP(refs[k]),
+			    SBD_PREF_IDX(refs[k])) != NULL;
 		pthread_mutex_unlock(&pool->lock);
 		if (!have)
 			r = import_heap(pool, gen, SBD_PREF_HEAP(refs[k]));
 	}
 	pthread_mutex_lock(&pool->lock);
 	for (size_t k = 0; k < n && r == 0; k++) {
-		struct sbi_heap *h = find(pool, gen, SBD_PREF_HEAP(refs[k]));
-
-		if (!h || SBD_PREF_IDX(refs[k]) >= h->npages)
+		if (!find(pool, gen, SBD_PREF_HEAP(refs[k]),
+			  SBD_PREF_IDX(refs[k])))
 			r = -EPROTO;
 	}
 	if (r == 0) {
 		for (size_t k = 0; k < n; k++) {
 			struct sbi_heap *h =
-				find(pool, gen, SBD_PREF_HEAP(refs[k]));
-			uint32_t i = SBD_PREF_IDX(refs[k]);
+				find(pool, gen, SBD_PREF_HEAP(refs[k]),
+				     SBD_PREF_IDX(refs[k]));
+			uint32_t i = SBD_PREF_IDX(refs[k]) - h->fbase;
 
 			h->refs[i]++;
 			h->owner[i]++;	/* this pin */

@@ -173,6 +173,11 @@ struct sbi_heap {
 	bool foreign;
 	uint32_t fid;
 	uint64_t fgen;
+	/* The file offset of page 0 (an imported heap larger than the
+	 * pool's heaps is a window each; 0 otherwise), and for an imported
+	 * window, the daemon's index of its page 0. */
+	off_t foff;
+	uint32_t fbase;
 	uint64_t serial;	/* unique per pool: stale run hints detect reuse */
 	char *map;		/* pool-side mapping, never registered */
 	/* Protected by pool->lock. */
@@ -301,8 +306,8 @@ struct sbi_heap *sbi_heap_create(const struct sbi_page_source *src,
 				 int numa_node, int *err);
 /* A heap of bytes over fd (taken: closed on failure too), imported from
  * sparsebufd's cache: every page FOREIGN. */
-struct sbi_heap *sbi_heap_import(int fd, size_t bytes, size_t page_size,
-				 int *err);
+struct sbi_heap *sbi_heap_import(int fd, off_t off, size_t bytes,
+				 size_t page_size, int *err);
 /* Unmap it and give its file back to src (an imported heap's file is
  * only closed). */
 void sbi_heap_destroy(const struct sbi_page_source *src, struct sbi_heap *heap,
@@ -481,6 +486,13 @@ static inline struct sbi_heap *sbi_pid_heap(struct sb_pool *pool, sbi_pid p)
 static inline uint32_t sbi_pid_index(struct sb_pool *pool, sbi_pid p)
 {
 	return p % pool->pages_per_heap;
+}
+
+/* The offset of page p in its heap's file. */
+static inline off_t sbi_pid_off(struct sb_pool *pool, sbi_pid p)
+{
+	return sbi_pid_heap(pool, p)->foff +
+	       (off_t)((size_t)sbi_pid_index(pool, p) << pool->page_shift);
 }
 
 static inline char *sbi_pid_mem(struct sb_pool *pool, sbi_pid p)

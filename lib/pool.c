@@ -617,7 +617,8 @@ void sbi_pool_put(struct sb_pool *pool, const sbi_pid *pids, size_t n)
 			 * any more: the daemon's pins on it go. */
 			if (h->owner[i])
 				sbi_dclient_cache_unpin(pool->client, h->fgen,
-							SBD_PREF(h->fid, i),
+							SBD_PREF(h->fid,
+								 h->fbase + i),
 							h->owner[i]);
 			h->owner[i] = 0;
 			continue;

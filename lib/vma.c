@@ -100,8 +100,7 @@ int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
 	 * this only fills page-table entries, and the caller's first touches
 	 * take no fault. */
 	p = fixed_map(page_addr(buf, idx), pages_len(buf, n), prot,
-		      MAP_SHARED | MAP_POPULATE, h->fd,
-		      (off_t)((size_t)sbi_pid_index(pool, pid) << pool->page_shift));
+		      MAP_SHARED | MAP_POPULATE, h->fd, sbi_pid_off(pool, pid));
 	return p == MAP_FAILED ? map_error(errno) : 0;
 }
 
@@ -295,9 +294,8 @@ int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
 	 * MAP_POPULATE: it would copy every page (a write populate).
 	 */
 	if (fixed_map(addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE,
-		      sbi_pid_heap(pool, pid)->fd,
-		      (off_t)((size_t)sbi_pid_index(pool, pid)
-			      << pool->page_shift)) == MAP_FAILED)
+		      sbi_pid_heap(pool, pid)->fd, sbi_pid_off(pool, pid)) ==
+	    MAP_FAILED)
 		return map_error(errno);
 	r = sbi_vma_protect(buf, idx, n, uffd);
 	if (r < 0)
@@ -359,9 +357,8 @@ int sbi_vma_wpfail(struct sb_buf *buf, size_t idx, sbi_pid pid)
 	 * when PROT_WRITE comes.
 	 */
 	if (fixed_map(addr, len, PROT_READ, MAP_PRIVATE,
-		      sbi_pid_heap(pool, pid)->fd,
-		      (off_t)((size_t)sbi_pid_index(pool, pid)
-			      << pool->page_shift)) == MAP_FAILED)
+		      sbi_pid_heap(pool, pid)->fd, sbi_pid_off(pool, pid)) ==
+	    MAP_FAILED)
 		r = map_error(errno);
 	else if ((r = sbi_vma_protect(buf, idx, 1, pool->uffd_sigbus)) == 0 &&
 		 mprotect(addr, len, PROT_READ | PROT_WRITE) < 0)

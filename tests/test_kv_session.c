@@ -682,9 +682,12 @@ static void cache_lru(bool disk)
 	size_t hit;
 	int err;
 
+	bool machine = getenv("SBTEST_MACHINE_CACHE") != NULL;
+
 	if (disk)	/* an evictable buffer sets up the disk tier */
 		ev = make_buf(p, PAGE, SB_BUF_EVICTABLE);
-	c = sb_kv_cache_create(p, &cfg, "m", 2 * block, &err);
+	c = sb_kv_cache_create(p, &cfg, machine ? (disk ? "m-disk" : "m-mem") : "m",
+			       2 * block, &err);
 	CHECK(c != NULL);
 	for (int i = 0; i < 4; i++) {
 		struct sb_kv_seq *s = sb_kv_create(p, &cfg, &err);
@@ -702,7 +705,7 @@ static void cache_lru(bool disk)
 
 		printf("lru %s: prompt %d hit %zu\n", disk ? "disk" : "memory",
 		       i, hit);
-		if (disk && i < 2) {
+		if (disk && i < 2 && !machine) {
 			/* On disk: the hit comes back lazily, page by page
 			 * as the sequence touches it, for each sequence. */
 			struct sb_kv_seq *s2 = get(c, t[i], B, &hit);
@@ -723,7 +726,9 @@ static void cache_lru(bool disk)
 			s2 = get(c, t[i], B, &hit);
 			CHECK(rows_ok(s2, t[i], B));
 			sb_kv_destroy(s2);
-		} else if (i >= 2 || disk) {
+		} else if (i >= 2 || disk || machine) {
+			/* (A client pool's cache is also sparsebufd's: what
+			 * went from this process is found on the machine.) */
 			CHECK_EQ(hit, B);
 			CHECK(rows_ok(s, t[i], B));
 		} else {
@@ -731,7 +736,7 @@ static void cache_lru(bool disk)
 		}
 		sb_kv_destroy(s);
 	}
-	if (disk)
+	if (disk && !machine)
 		CHECK(stats(p).pages_out > 0);
 	sb_kv_cache_destroy(c);
 	sb_buf_destroy(ev);

@@ -129,6 +129,8 @@ struct slot {
 	bool control;		/* a control connection, by that HELLO */
 	uint64_t reclaim;	/* the last RECLAIM's bytes */
 	uint64_t heap_id;	/* the last heap received */
+	/* The cache: the last key put, a page reference received. */
+	uint64_t key, pref;
 	uint64_t held;		/* its lease when its last connection ended */
 	struct req req[NREQ];
 	unsigned nreq;		/* next entry of req to use */
@@ -210,7 +212,10 @@ static void check_accepted(const uint8_t *buf, size_t n, unsigned nfds,
 					   m->type == SBD_REPLY),
 		   "accepted type %u from the %s", m->type,
 		   from_daemon ? "daemon" : "client");
-	FUZZ_CHECK(m->type == SBD_REPLY || (!nfds && !m->len),
+	FUZZ_CHECK(m->type == SBD_REPLY ||
+			   (!nfds && (!m->len || m->type == SBD_CACHE_PUT ||
+				      m->type == SBD_CACHE_UNPIN ||
+				      m->type == SBD_CACHE_MODEL)),
 		   "accepted a %s with %u descriptors, %u bytes of payload",
 		   sbd_type_name(m->type), nfds, m->len);
 	switch (m->type) {
@@ -245,6 +250,26 @@ static void check_accepted(const uint8_t *buf, size_t n, unsigned nfds,
 	case SBD_REPLY:
 		ok = m->err <= 0 && m->err >= -4095;
 		break;
+	case SBD_CACHE_PUT:
+		ok = m->c < SBD_CACHE_MAX_DEPTH && m->d &&
+		     m->d <= SBD_CACHE_MAX_PAGES && m->len && m->len % 4 == 0 &&
+		     m->len / 4 <= SBD_CACHE_MAX_TOKENS;
+		break;
+	case SBD_CACHE_DONE:
+		ok = m->b <= 1;
+		break;
+	case SBD_CACHE_GET:
+		ok = m->c < SBD_CACHE_MAX_DEPTH;
+		break;
+	case SBD_CACHE_HEAP:
+		ok = m->a && m->a <= UINT32_MAX;
+		break;
+	case SBD_CACHE_UNPIN:
+		ok = m->a && m->len == m->a * 8;
+		break;
+	case SBD_CACHE_MODEL:
+		ok = m->len && m->len < SBD_CACHE_MODEL_MAX;
+		break;
 	}
 	FUZZ_CHECK(ok, "accepted a %s out of range: a %#llx b %#llx c %#llx "
 			"d %#llx err %lld",
@@ -257,6 +282,11 @@ static void check_accepted(const uint8_t *buf, size_t n, unsigned nfds,
 	case SBD_HEAP:
 	case SBD_STATUS:
 	case SBD_REPLY:
+	case SBD_CACHE_PUT:
+	case SBD_CACHE_DONE:
+	case SBD_CACHE_GET:
+	case SBD_CACHE_HEAP:
+	case SBD_CACHE_LIST:
 		FUZZ_CHECK(m->seq, "accepted a %s without seq",
 			   sbd_type_name(m->type));
 		break;
@@ -316,6 +346,7 @@ static void slot_reset(struct slot *sl)
 	sl->control = false;
 	sl->reclaim = 0;
 	sl->heap_id = 0;
+	sl->key = sl->pref = 0;
 	memset(sl->req, 0, sizeof(sl->req));
 	sl->nreq = 0;
 	sl->lost = sl->dup = false;
@@ -422,6 +453,38 @@ static bool answers(struct run *h, struct slot *sl, const struct req *r,
 		       (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) ==
 			       (F_SEAL_SHRINK | F_SEAL_GROW);
 	}
+	case SBD_CACHE_PUT:
+		if (fd >= 0)
+			return false;
+		if (m->err)
+			return !m->len && (m->err == -EEXIST ||
+					   m->err == -ENOENT ||
+					   m->err == -ENOSPC ||
+					   m->err == -ENOMEM);
+		return m->a == r->d && m->len == r->d * 8;
+	case SBD_CACHE_GET:
+		if (fd >= 0)
+			return false;
+		if (m->err)
+			return !m->len && (m->err == -ENOENT ||
+					   m->err == -ENOMEM);
+		return m->a && m->b && m->b <= SBD_CACHE_MAX_TOKENS &&
+		       m->len == ((m->b * 4 + 7) & ~7ull) + m->a * 8;
+	case SBD_CACHE_DONE:
+		return fd < 0 && !m->len && (!m->err || m->err == -ENOENT);
+	case SBD_CACHE_HEAP: {
+		struct stat st;
+
+		if (m->len)
+			return false;
+		if (m->err)
+			return fd < 0 && m->err == -ENOENT;
+		return fd >= 0 && fstat(fd, &st) == 0 &&
+		       (uint64_t)st.st_size == m->a;
+	}
+	case SBD_CACHE_LIST:
+		return !m->err && fd < 0 &&
+		       m->len == m->a * sizeof(struct sbd_cache_entry);
 	case SBD_STATUS: {
 		struct sbd_status st;
 		struct sbd_client_info ci;
@@ -480,6 +543,12 @@ static void on_daemon_msg(struct run *h, struct slot *sl, size_t n, int fd)
 			}
 			if (q->type == SBD_HEAP && !m.err)
 				sl->heap_id = m.a;
+			if ((q->type == SBD_CACHE_PUT ||
+			     q->type == SBD_CACHE_GET) && !m.err && m.len >= 8)
+				memcpy(&sl->pref, rbuf.b + sizeof(m) + m.len - 8,
+				       8);
+			if (q->type == SBD_CACHE_PUT && !m.err)
+				sl->key = q->a;
 			return;
 		}
 	}
@@ -541,8 +610,15 @@ static void check_state(struct run *h)
 	}
 	FUZZ_CHECK(n == h->s.nclients, "%u clients listed, nclients %u", n,
 		   h->s.nclients);
-	FUZZ_CHECK(h->s.used == sum, "used %llu, the leases sum to %llu",
-		   (unsigned long long)h->s.used, (unsigned long long)sum);
+	FUZZ_CHECK(h->s.used == sum + h->s.cache_bytes,
+		   "used %llu, the leases sum to %llu, the cache holds %llu",
+		   (unsigned long long)h->s.used, (unsigned long long)sum,
+		   (unsigned long long)h->s.cache_bytes);
+	{
+		const char *why = sbd_cache_check(&h->s);
+
+		FUZZ_CHECK(!why, "the cache: %s", why ? why : "");
+	}
 	FUZZ_CHECK(h->s.used <= max ||
 			   h->s.used - max <= h->hello_bytes,
 		   "used %llu of %llu, HELLOs claimed %llu",
@@ -655,7 +731,7 @@ static void run_steps(struct run *h, const uint8_t *data, size_t size)
 
 			if (size - at < 10)
 				return;
-			m.type = data[at] % 11;
+			m.type = data[at] % SBD_TYPE_END;
 			m.nfds = (uint16_t)nfds;
 			m.seq = data[at + 1] ? ++sl->next_seq : 0;
 			m.a = field(data + at + 2);
@@ -671,9 +747,38 @@ static void run_steps(struct run *h, const uint8_t *data, size_t size)
 					m.a = sl->heap_id;
 				} else if (m.type == SBD_HELLO) {
 					m.b = sl->held;
+				} else if (m.type == SBD_CACHE_PUT) {
+					m.b = sl->key;	/* after the last */
+				} else if (m.type == SBD_CACHE_DONE ||
+					   m.type == SBD_CACHE_GET) {
+					m.a = sl->key;
+				} else if (m.type == SBD_CACHE_HEAP) {
+					m.a = SBD_PREF_HEAP(sl->pref);
 				}
 			}
-			deliver(h, sl, (const uint8_t *)&m, sizeof(m), nfds);
+			{
+				/* The cache's payloads: a token (d's low
+				 * bits), npages 1-8; one reference to unpin;
+				 * a model id. */
+				uint8_t msg[sizeof(m) + 8];
+				size_t len = 0;
+
+				if (m.type == SBD_CACHE_PUT) {
+					m.d = (m.d & 7) + 1;
+					len = 4;
+					memcpy(msg + sizeof(m), &m.a, 4);
+				} else if (m.type == SBD_CACHE_UNPIN) {
+					m.a = 1;
+					len = 8;
+					memcpy(msg + sizeof(m), &sl->pref, 8);
+				} else if (m.type == SBD_CACHE_MODEL) {
+					len = 5;
+					memcpy(msg + sizeof(m), "qwen3", 5);
+				}
+				m.len = (uint32_t)len;
+				memcpy(msg, &m, sizeof(m));
+				deliver(h, sl, msg, sizeof(m) + len, nfds);
+			}
 			defer = ctl & 0x20;
 			break;
 		}
@@ -759,8 +864,17 @@ static void run_sequence(const uint8_t *data, size_t size)
 		FUZZ_CHECK(sbd_loop_once(h->s.loop, 0) >= 0, "sbd_loop_once");
 	FUZZ_CHECK(!h->s.nclients && !h->s.clients,
 		   "%u clients still served, all hung up", h->s.nclients);
-	FUZZ_CHECK(!h->s.used, "every client gone, %llu bytes still used",
-		   (unsigned long long)h->s.used);
+	/* What stays is the cache's blocks (they outlive their clients). */
+	FUZZ_CHECK(h->s.used == h->s.cache_bytes,
+		   "every client gone, %llu bytes still used, the cache "
+		   "holds %llu", (unsigned long long)h->s.used,
+		   (unsigned long long)h->s.cache_bytes);
+	{
+		const char *why = sbd_cache_check(&h->s);
+
+		FUZZ_CHECK(!why, "the cache, every client gone: %s",
+			   why ? why : "");
+	}
 	sbd_budget_tick(&h->s);
 	sbd_server_close(&h->s);
 	sbd_loop_free(h->s.loop);

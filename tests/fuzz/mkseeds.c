@@ -603,6 +603,49 @@ static void dmsg_seeds(void)
 	dm_msg(1, 0, SBD_STATUS, true, 0, 0, 0, 0);
 	dm_put("two-clients");
 
+	/* The machine-wide cache: clients 0 and 1 of uid 1001, 2 of 1002,
+	 * 64 KiB pages, a budget of 2 MiB. 0 names a model, puts a block of
+	 * 4 pages and one after it of 1 page, fetches the cache heap; 1
+	 * finds the first block, fetches the heap, unpins a page; 2 (another
+	 * uid) finds nothing and is refused the heap; 0 hangs up (its pins
+	 * go, its blocks stay); 1 lists, puts the same key again (exists),
+	 * then asks for the whole budget as a lease: the unpinned blocks
+	 * are dropped to make room. */
+	dm_begin(16, 1 | 4 << 2, 2 | 2 << 2 | 3 << 4);
+	dm_msg(0, 0, SBD_HELLO, true, 1, 0, 64 * KiB, 0);
+	dm_msg(1, 0, SBD_HELLO, true, 1, 0, 64 * KiB, 0);
+	dm_msg(2, 0, SBD_HELLO, true, 1, 0, 64 * KiB, 0);
+	dm_msg(0, 0, SBD_CACHE_MODEL, false, 7, 0, 0, 0);
+	dm_msg(0, 0, SBD_CACHE_PUT, true, 100, 7, 0, 3);
+	dm_msg(0, DM_ANSWER, SBD_CACHE_HEAP, true, 0, 0, 0, 0);
+	dm_msg(0, DM_ANSWER, SBD_CACHE_DONE, true, 0, 1, 0, 0);
+	dm_msg(0, DM_ANSWER, SBD_CACHE_PUT, true, 101, 0, 1, 0);
+	dm_msg(0, DM_ANSWER, SBD_CACHE_DONE, true, 0, 1, 0, 0);
+	dm_msg(1, 0, SBD_CACHE_GET, true, 100, 7, 0, 0);
+	dm_msg(1, DM_ANSWER, SBD_CACHE_HEAP, true, 0, 0, 0, 0);
+	dm_msg(1, 0, SBD_CACHE_UNPIN, false, 0, 0, 0, 0);
+	dm_msg(2, 0, SBD_CACHE_GET, true, 100, 7, 0, 0);
+	dm_msg(2, 0, SBD_CACHE_HEAP, true, 1, 0, 0, 0);
+	dm_hangup(0, false);
+	dm_msg(1, 0, SBD_CACHE_LIST, true, 0, 0, 0, 0);
+	dm_msg(1, 0, SBD_STATUS, true, 0, 0, 0, 0);
+	dm_msg(1, 0, SBD_CACHE_PUT, true, 100, 7, 0, 0);
+	dm_msg(1, 0, SBD_LEASE, true, 2 * MiB, 2 * MiB, 0, 0);
+	dm_put("cache");
+
+	/* A client that dies while filling two blocks: both dropped, the
+	 * other finds nothing, the budget back. */
+	dm_begin(16, 4 << 2, 2 | 2 << 2);
+	dm_msg(0, 0, SBD_HELLO, true, 1, 0, 64 * KiB, 0);
+	dm_msg(1, 0, SBD_HELLO, true, 1, 0, 64 * KiB, 0);
+	dm_msg(0, 0, SBD_CACHE_PUT, true, 5, 7, 0, 1);
+	dm_msg(0, DM_ANSWER, SBD_CACHE_PUT, true, 6, 0, 1, 1);
+	dm_msg(1, 0, SBD_CACHE_PUT, true, 8, 5, 1, 0);
+	dm_hangup(0, true);
+	dm_msg(1, 0, SBD_CACHE_GET, true, 5, 7, 0, 0);
+	dm_msg(1, 0, SBD_STATUS, true, 0, 0, 0, 0);
+	dm_put("cache-filler-dies");
+
 	/* A control connection (root) beside two clients, asking status,
 	 * then asking for pages: dropped. */
 	dm_begin(0, 1 | 2, 0 | 2 << 2 | 3 << 4);
