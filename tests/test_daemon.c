@@ -236,14 +236,25 @@ static struct sb_kv_config kv_config(void)
 	return c;
 }
 
+/* Prompt `seed`'s tokens and rows (seed 0: the shared prompt). */
+static int32_t kv_token_s(unsigned seed, size_t p)
+{
+	return (int32_t)(p * 7 + 3 + seed * 100003u);
+}
+
+static uint8_t kv_pat_s(unsigned seed, size_t p, size_t g, size_t j)
+{
+	return (uint8_t)(p * 31 + g * 7 + j + 1 + seed * 13);
+}
+
 static int32_t kv_token(size_t p)
 {
-	return (int32_t)(p * 7 + 3);
+	return kv_token_s(0, p);
 }
 
 static uint8_t kv_pat(size_t p, size_t g, size_t j)
 {
-	return (uint8_t)(p * 31 + g * 7 + j + 1);
+	return kv_pat_s(0, p, g, j);
 }
 
 /* The physical frame of the page at p (root: /proc/self/pagemap), 0 if
@@ -261,7 +272,7 @@ static uint64_t pfn_of(const void *p)
 	return e >> 63 ? e & ((1ull << 55) - 1) : 0;
 }
 
-static bool kv_rows_ok(struct sb_kv_seq *s, size_t upto)
+static bool kv_rows_ok_s(struct sb_kv_seq *s, unsigned seed, size_t upto)
 {
 	size_t row = sb_kv_row_bytes(s);
 
@@ -272,10 +283,113 @@ static bool kv_rows_ok(struct sb_kv_seq *s, size_t upto)
 
 			for (size_t p = 0; p < upto; p++)
 				for (size_t j = 0; j < row; j += 17)
-					if (b[p * row + j] != kv_pat(p, g, j))
+					if (b[p * row + j] !=
+					    kv_pat_s(seed, p, g, j))
 						return false;
 		}
 	return true;
+}
+
+static bool kv_rows_ok(struct sb_kv_seq *s, size_t upto)
+{
+	return kv_rows_ok_s(s, 0, upto);
+}
+
+/* Prompt seed computed (written) into a new sequence of p. */
+static struct sb_kv_seq *kv_compute(struct sb_pool *p, unsigned seed,
+				    int32_t *toks)
+{
+	struct sb_kv_config cfg = kv_config();
+	struct sb_kv_seq *s;
+	size_t row;
+	int err = 0;
+
+	s = sb_kv_create(p, &cfg, &err);
+	CHECK(s);
+	CHECK(sb_kv_prepare(s, KV_TOKENS) >= 0);
+	row = sb_kv_row_bytes(s);
+	for (size_t i = 0; i < KV_TOKENS; i++)
+		toks[i] = kv_token_s(seed, i);
+	for (int l = 0; l < KV_L; l++)
+		for (int v = 0; v < 2; v++) {
+			uint8_t *b = v ? sb_kv_v(s, l) : sb_kv_k(s, l);
+
+			for (size_t q = 0; q < KV_TOKENS; q++)
+				for (size_t j = 0; j < row; j++)
+					b[q * row + j] =
+						kv_pat_s(seed, q, 2 * l + v, j);
+		}
+	CHECK(sb_kv_commit(s, KV_TOKENS) >= 0);
+	return s;
+}
+
+/* Puts prompts SBD_CHURN_BASE, +1, ... in a loop until killed, getting
+ * the shared prompt between puts (pins taken and dropped). */
+static int child_cache_churn(void)
+{
+	struct sb_kv_config cfg = kv_config();
+	unsigned seed = (unsigned)atoi(getenv("SBD_CHURN_BASE"));
+	int32_t toks[KV_TOKENS], base[KV_TOKENS];
+	struct sb_kv_cache *c;
+	struct sb_pool *p;
+	int err = 0;
+
+	p = connect_pool(256 * MiB, &err);
+	CHECK(p);
+	c = sb_kv_cache_create(p, &cfg, "test-model", 64 * MiB, &err);
+	CHECK(c);
+	for (size_t i = 0; i < KV_TOKENS; i++)
+		base[i] = kv_token(i);
+	mark("churning");
+	for (;; seed++) {
+		struct sb_kv_seq *s = kv_compute(p, seed, toks), *g;
+		size_t hit = 0;
+
+		CHECK_EQ(sb_kv_cache_put(c, s, toks, KV_TOKENS), KV_TOKENS);
+		sb_kv_destroy(s);
+		g = sb_kv_cache_get(c, base, KV_TOKENS, &hit, &err);
+		CHECK(g && hit == KV_TOKENS && kv_rows_ok(g, KV_TOKENS));
+		sb_kv_destroy(g);
+	}
+	return 0;
+}
+
+/* Every prompt 0..SBD_CHURN_MAX found in the cache reads as computed;
+ * prompt 0 is found whole. */
+static int child_cache_verify(void)
+{
+	struct sb_kv_config cfg = kv_config();
+	unsigned max = (unsigned)atoi(getenv("SBD_CHURN_MAX"));
+	int32_t toks[KV_TOKENS];
+	struct sb_kv_cache *c;
+	struct sb_pool *p;
+	int err = 0, found = 0;
+
+	p = connect_pool(256 * MiB, &err);
+	CHECK(p);
+	c = sb_kv_cache_create(p, &cfg, "test-model", 64 * MiB, &err);
+	CHECK(c);
+	for (unsigned seed = 0; seed <= max; seed++) {
+		struct sb_kv_seq *s;
+		size_t hit = 0;
+
+		for (size_t i = 0; i < KV_TOKENS; i++)
+			toks[i] = kv_token_s(seed, i);
+		s = sb_kv_cache_get(c, toks, KV_TOKENS, &hit, &err);
+		CHECK(s);
+		if (!kv_rows_ok_s(s, seed, hit))
+			FAIL("prompt %u: %zu positions found, not as put",
+			     seed, hit);
+		if (!seed)
+			CHECK_EQ(hit, KV_TOKENS);
+		found += hit > 0;
+		sb_kv_destroy(s);
+	}
+	printf("cache churn: %d of %u prompts found, every one intact\n",
+	       found, max + 1);
+	sb_kv_cache_destroy(c);
+	sb_pool_destroy(p);
+	return 0;
 }
 
 /* A prompt computed (written) and put in the cache; exits at once: the
@@ -441,6 +555,57 @@ static void test_cache(void)
 	status(&st, NULL, 0);
 	CHECK_EQ(st.cache_blocks, 2);
 	CHECK_EQ(st.bytes_shared, shared);
+	/* Clients putting prompts killed at random points (mid-put,
+	 * mid-fill, holding pins), two at a time: what is found reads as
+	 * put, the budget counts only the cache, nothing stays pinned. */
+	srand(12345);
+	for (int round = 0; round < 8; round++) {
+		char base1[40], base2[40];
+		char *e1[] = {base1, NULL}, *e2[] = {base2, NULL};
+		pid_t k1, k2;
+
+		snprintf(base1, sizeof(base1), "SBD_CHURN_BASE=%d",
+			 1 + round * 200);
+		snprintf(base2, sizeof(base2), "SBD_CHURN_BASE=%d",
+			 101 + round * 200);
+		k1 = spawn_child("cache_churn", e1);
+		k2 = spawn_child("cache_churn", e2);
+		usleep(100000 + (useconds_t)(rand() % 400) * 1000);
+		kill(k1, SIGKILL);
+		usleep((useconds_t)(rand() % 50) * 1000);
+		kill(k2, SIGKILL);
+		waitpid(k1, NULL, 0);
+		waitpid(k2, NULL, 0);
+	}
+	{
+		char max[40];
+		char *e[] = {max, NULL};
+		uint64_t t0 = (uint64_t)(now_s() * 1000);
+
+		snprintf(max, sizeof(max), "SBD_CHURN_MAX=%d", 8 * 200);
+		CHECK_EQ(reap(spawn_child("cache_verify", e), 120), 0);
+		/* Every client gone: only the cache is counted. */
+		for (;;) {
+			status(&st, NULL, 0);
+			if (st.bytes_used == st.bytes_shared && !st.nclients)
+				break;
+			if ((uint64_t)(now_s() * 1000) - t0 > 5000)
+				FAIL("used %llu, cache %llu, %llu clients",
+				     (unsigned long long)st.bytes_used,
+				     (unsigned long long)st.bytes_shared,
+				     (unsigned long long)st.nclients);
+			usleep(10000);
+		}
+	}
+	{
+		char cmd[PATH_MAX * 2];
+
+		snprintf(cmd, sizeof(cmd),
+			 "%s/sparsebufctl -s %s cache --json | "
+			 "grep -q '\"pins\": [1-9]'",
+			 dirname(strdup(daemon_bin)), sock_path);
+		CHECK(system(cmd) != 0);	/* nothing pinned */
+	}
 	/* The budget wants the pages: nobody maps them, they go first. */
 	printf("cache: a prompt put by one process found by two others in "
 	       "the same physical pages (pfn %llu), copy-on-write, pins of "
@@ -954,6 +1119,10 @@ static int child(const char *name)
 		return child_cache_put();
 	if (!strcmp(name, "cache_get"))
 		return child_cache_get();
+	if (!strcmp(name, "cache_churn"))
+		return child_cache_churn();
+	if (!strcmp(name, "cache_verify"))
+		return child_cache_verify();
 	return 2;
 }
 
