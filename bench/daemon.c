@@ -538,7 +538,7 @@ static int prompt_child(const char *role)
 	struct sb_kv_seq *s = NULL;
 	struct sb_pool *p;
 	struct sb_pool_opts o;
-	double t0;
+	double t0, t_prompt;
 	size_t hit = 0;
 	int err = 0;
 
@@ -553,6 +553,12 @@ static int prompt_child(const char *role)
 		return 1;
 	if (strcmp(role, "local"))
 		c = sb_kv_cache_create(p, &cfg, "qwen3-4b", 512 * MIB, &err);
+	/* A warm process, as an engine's is: the kernels' threads and
+	 * scratch up, before anything is timed. */
+	s = sb_kv_create(p, &cfg, &err);
+	if (!s || compute(s, 0, TURN, true) < 0)
+		return 1;
+	sb_kv_destroy(s);
 	t0 = bench_now_us();
 	if (!strcmp(role, "hit"))
 		s = sb_kv_cache_get(c, toks, prompt_tokens, &hit, &err);
@@ -569,11 +575,13 @@ static int prompt_child(const char *role)
 		fprintf(stderr, "prompts: a hit of %zu positions\n", hit);
 		return 1;
 	}
+	t_prompt = bench_now_us();
 	/* The first turn, over whatever the prompt's end is. */
 	if (compute(s, sb_kv_len(s), TURN, true) < 0)
 		return 1;
 	sb_pool_trim(p);	/* freed pages back, as an idle engine would */
-	printf("ready %.3f\n", (bench_now_us() - t0) / 1e3);
+	printf("ready %.3f %.3f\n", (bench_now_us() - t0) / 1e3,
+	       (t_prompt - t0) / 1e3);
 	fflush(stdout);
 	while (!term)
 		pause();
@@ -603,7 +611,7 @@ static double pss_mib(pid_t pid)
 struct pchild {
 	pid_t pid;
 	FILE *out;
-	double ms;
+	double ms, prompt_ms;	/* to the first token; of it the prompt's */
 };
 
 static int spawn_prompt(struct pchild *ch, const char *role)
@@ -635,7 +643,7 @@ static int wait_ready(struct pchild *ch)
 	char line[128];
 
 	if (!fgets(line, sizeof(line), ch->out) ||
-	    sscanf(line, "ready %lf", &ch->ms) != 1) {
+	    sscanf(line, "ready %lf %lf", &ch->ms, &ch->prompt_ms) != 2) {
 		fprintf(stderr, "prompts: process %d failed\n", (int)ch->pid);
 		return -1;
 	}
@@ -656,7 +664,8 @@ static void stop_all(struct pchild *ch, int n)
 static int prompts(int n)
 {
 	struct pchild ch[64] = {{0}};
-	double pss_local = 0, pss_shared = 0, worst_hit = 0;
+	double pss_local = 0, pss_shared = 0, worst_hit = 0, worst_get = 0;
+	double own, bound;
 	double prompt_mib = (double)(prompt_tokens / 128 * 128) * 2 *
 			    (double)layers * ROW / (double)MIB;
 	struct sbd_status st;
@@ -680,9 +689,12 @@ static int prompts(int n)
 			return 1;
 	for (int i = 0; i < n; i++)
 		pss_shared += pss_mib(ch[i].pid);
-	for (int i = 1; i < n; i++)
+	for (int i = 1; i < n; i++) {
 		if (ch[i].ms > worst_hit)
 			worst_hit = ch[i].ms;
+		if (ch[i].prompt_ms > worst_get)
+			worst_get = ch[i].prompt_ms;
+	}
 	ctl = control();
 	if (sbd_send(ctl, &m, NULL, -1) < 0 ||
 	    sbd_recv(ctl, buf, sizeof(buf), &(int){0}) <
@@ -691,21 +703,31 @@ static int prompts(int n)
 	memcpy(&st, buf + sizeof(m), sizeof(st));
 	close(ctl);
 	stop_all(ch, n);
+	/* What each process holds besides the prompt (its turn's pages,
+	 * its reserve, the program), from the local run: the same work. */
+	own = (pss_local - n * prompt_mib) / n;
+	bound = prompt_mib + 1.1 * own * n + 16;
 	printf("prompts N=%d: the sum of the processes' PSS: local %.0f MiB, "
-	       "sparsebufd %.0f MiB (%.2fx); the prompt %.0f MiB, the "
-	       "daemon's cache %.0f MiB, its budget in use %.0f MiB\n",
+	       "sparsebufd %.0f MiB (%.2fx); the prompt %.0f MiB (%.0f MiB "
+	       "besides it per process), the daemon's cache %.0f MiB, its "
+	       "budget in use %.0f MiB\n",
 	       n, pss_local, pss_shared, pss_shared / pss_local, prompt_mib,
-	       (double)st.bytes_shared / MIB, (double)st.bytes_used / MIB);
+	       own, (double)st.bytes_shared / MIB,
+	       (double)st.bytes_used / MIB);
 	if ((double)st.bytes_shared / MIB > prompt_mib + 0.5 ||
-	    pss_shared > prompt_mib + 32.0 * n) {
-		printf("  prompt held once: FAIL\n");
+	    pss_shared > bound) {
+		printf("  prompt held once (cache = the prompt, PSS <= prompt + "
+		       "1.1 x N x own + 16 = %.0f MiB): FAIL\n", bound);
 		fails++;
 	} else {
-		printf("  prompt held once: PASS\n");
+		printf("  prompt held once (cache = the prompt, PSS <= prompt + "
+		       "1.1 x N x own + 16 = %.0f MiB): PASS\n", bound);
 	}
-	printf("  time to first token: computing the prompt %.1f ms, finding "
-	       "it %.1f ms (worst of %d), %.3fx (target <= 0.1x): %s\n",
-	       ch[0].ms, worst_hit, n - 1, worst_hit / ch[0].ms,
+	printf("  time to first token: computing the prompt + the turn %.1f "
+	       "ms (the turn %.1f), finding it + the turn %.1f ms (worst of "
+	       "%d; the get alone %.1f ms), %.3fx (target <= 0.1x): %s\n",
+	       ch[0].ms, ch[0].ms - ch[0].prompt_ms, worst_hit, n - 1,
+	       worst_get, worst_hit / ch[0].ms,
 	       worst_hit <= 0.1 * ch[0].ms ? "PASS" : "FAIL");
 	fails += worst_hit > 0.1 * ch[0].ms;
 	return fails;
