@@ -19,11 +19,16 @@
  * valid data, and the memory goes when the last of them lets go.
  *
  * Budget: the cache's pages count in the machine's budget beside the
- * leases (server.h, used). A put that does not fit first drops the least
- * recently used blocks nobody pins (leaves first: a block without its
- * parent could never be found); a lease that does not fit does the same
- * before asking clients for pages (budget.c). Blocks stay after the
- * process that put them exits, while they fit.
+ * leases (server.h, used). A put that does not fit first makes room from
+ * the least recently used blocks nobody pins: with --spill-dir their pages
+ * go to disk (the block stays findable: a get reads it back into new
+ * pages), else, or when the disk refuses, they are dropped (leaves first:
+ * a block without its parent could never be found). A lease that does not
+ * fit does the same before asking clients for pages (budget.c). Blocks
+ * stay after the process that put them exits, while they fit. The spill
+ * file's I/O is synchronous, in the event loop: a spill or a read-back
+ * stalls the daemon for its duration (a block of Qwen3-4B's geometry is
+ * 18 MiB).
  */
 #include "server.h"
 #include "dproto.h"
@@ -55,6 +60,7 @@ struct sbd_block {
 	uid_t uid;
 	uint32_t depth, ntok, npages, children;
 	uint32_t pins;			/* on its pages, all clients */
+	bool spilled;			/* pages[] are spill-file offsets */
 	struct sbd_client *filler;	/* being filled by it: unfindable */
 	uint64_t last_ms;
 	int32_t *tokens;
@@ -75,6 +81,9 @@ struct sbd_pins {
 };
 
 struct sbd_cache {
+	uint64_t *spill_free;		/* free page slots of the spill file */
+	size_t nspill_free, spill_cap;
+	uint64_t spill_end;		/* the file's length */
 	struct sbd_cheap **heaps;
 	size_t nheaps, heap_cap;
 	struct sbd_block *bucket[NBUCKETS];
@@ -352,6 +361,143 @@ static struct sbd_block *block_find(struct sbd_cache *k, uid_t uid,
 	return NULL;
 }
 
+/* ---- the spill file (--spill-dir) ----------------------------------------------- */
+
+/* The file may grow to this many times the budget; past it, blocks are
+ * dropped instead. */
+#define SPILL_FACTOR 4
+
+static void spill_forget(struct sbd_server *s, struct sbd_cache *k,
+			 const uint64_t *off, uint32_t n)
+{
+	if (k->nspill_free + n > k->spill_cap) {
+		size_t cap = (k->nspill_free + n) * 2;
+		uint64_t *v = realloc(k->spill_free, cap * sizeof(*v));
+
+		if (!v)
+			return;	/* slots lost until the daemon restarts */
+		k->spill_free = v;
+		k->spill_cap = cap;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		/* The disk space back now. */
+		fallocate(s->spill_fd,
+			  FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			  (off_t)off[i], (off_t)s->page_size);
+		k->spill_free[k->nspill_free++] = off[i];
+	}
+	s->cache_spilled -= (uint64_t)n * s->page_size;
+}
+
+static bool copy_page(int from, off_t from_off, int to, off_t to_off,
+		      char *buf, size_t len)
+{
+	return pread(from, buf, len, from_off) == (ssize_t)len &&
+	       pwrite(to, buf, len, to_off) == (ssize_t)len;
+}
+
+/* b's pages to the spill file, their memory back; b stays findable.
+ * false (nothing changed) when the file is full or the disk refuses. */
+static bool block_spill(struct sbd_server *s, struct sbd_cache *k,
+			struct sbd_block *b)
+{
+	uint64_t *off = malloc(b->npages * sizeof(*off));
+	char *buf = malloc(s->page_size);
+	uint32_t i;
+
+	if (!off || !buf)
+		goto fail;
+	for (i = 0; i < b->npages; i++) {
+		struct sbd_cheap *h = heap_by_id(k, SBD_PREF_HEAP(b->pages[i]));
+
+		if (k->nspill_free) {
+			off[i] = k->spill_free[--k->nspill_free];
+		} else if (k->spill_end + s->page_size <=
+			   SPILL_FACTOR * s->max_bytes) {
+			off[i] = k->spill_end;
+			k->spill_end += s->page_size;
+		} else {
+			break;
+		}
+		s->cache_spilled += s->page_size;
+		if (!h || !copy_page(h->fd,
+				     (off_t)(SBD_PREF_IDX(b->pages[i]) *
+					     s->page_size),
+				     s->spill_fd, (off_t)off[i], buf,
+				     s->page_size)) {
+			i++;
+			break;
+		}
+	}
+	if (i < b->npages || fdatasync(s->spill_fd) < 0) {
+		spill_forget(s, k, off, i);
+		goto fail;
+	}
+	for (i = 0; i < b->npages; i++)
+		page_release(s, k, b->pages[i]);
+	free(b->pages);
+	b->pages = off;
+	b->spilled = true;
+	free(buf);
+	return true;
+fail:
+	free(off);
+	free(buf);
+	return false;
+}
+
+static uint64_t room(const struct sbd_server *s);
+
+/* b's pages read back into new pages of the cache. 0 or -errno. */
+static int block_unspill(struct sbd_server *s, struct sbd_cache *k,
+			 struct sbd_block *b)
+{
+	uint64_t bytes = (uint64_t)b->npages * s->page_size;
+	uint64_t *pages = malloc(b->npages * sizeof(*pages));
+	char *buf = malloc(s->page_size);
+	int r = 0;
+
+	if (!pages || !buf) {
+		r = -ENOMEM;
+		goto out;
+	}
+	b->last_ms = sbd_now_ms();	/* not the one to make room */
+	if (room(s) < bytes)
+		sbd_cache_shrink(s, bytes - room(s));
+	if (room(s) < bytes) {
+		r = -ENOSPC;
+		goto out;
+	}
+	r = pages_take(s, k, b->uid, b->npages, pages);
+	if (r < 0)
+		goto out;
+	for (uint32_t i = 0; i < b->npages && r == 0; i++) {
+		struct sbd_cheap *h = heap_by_id(k, SBD_PREF_HEAP(pages[i]));
+
+		if (!copy_page(s->spill_fd, (off_t)b->pages[i], h->fd,
+			       (off_t)(SBD_PREF_IDX(pages[i]) * s->page_size),
+			       buf, s->page_size))
+			r = -EIO;
+	}
+	if (r < 0) {
+		for (uint32_t i = 0; i < b->npages; i++)
+			page_release(s, k, pages[i]);
+		goto out;
+	}
+	spill_forget(s, k, b->pages, b->npages);
+	free(b->pages);
+	b->pages = pages;
+	pages = NULL;
+	b->spilled = false;
+	for (uint32_t i = 0; i < b->npages; i++)
+		heap_by_id(k, SBD_PREF_HEAP(b->pages[i]))
+			->blk[SBD_PREF_IDX(b->pages[i])] = b;
+out:
+	free(pages);
+	free(buf);
+	return r;
+}
+
 static void block_drop(struct sbd_server *s, struct sbd_cache *k,
 		       struct sbd_block *b)
 {
@@ -362,8 +508,11 @@ static void block_drop(struct sbd_server *s, struct sbd_cache *k,
 	*pp = b->next;
 	if (b->parent)
 		b->parent->children--;
-	for (uint32_t i = 0; i < b->npages; i++)
-		page_release(s, k, b->pages[i]);
+	if (b->spilled)
+		spill_forget(s, k, b->pages, b->npages);
+	else
+		for (uint32_t i = 0; i < b->npages; i++)
+			page_release(s, k, b->pages[i]);
 	k->nblocks--;
 	free(b->tokens);
 	free(b->pages);
@@ -399,14 +548,27 @@ uint64_t sbd_cache_shrink(struct sbd_server *s, uint64_t need)
 	if (!k)
 		return 0;
 	while (before - s->cache_bytes < need) {
-		struct sbd_block *lru = NULL;
+		struct sbd_block *lru = NULL, *cold = NULL;
 
+		/* Any cold block may go to disk (it stays findable); only a
+		 * leaf may be dropped. */
 		for (uint32_t i = 0; i < NBUCKETS; i++)
 			for (struct sbd_block *b = k->bucket[i]; b;
-			     b = b->next)
-				if (!b->children && !b->filler && !b->pins &&
+			     b = b->next) {
+				if (b->filler || b->pins || b->spilled)
+					continue;
+				if (!cold || b->last_ms < cold->last_ms)
+					cold = b;
+				if (!b->children &&
 				    (!lru || b->last_ms < lru->last_ms))
 					lru = b;
+			}
+		if (cold && s->spill && block_spill(s, k, cold)) {
+			if (s->verbose)
+				sbd_log("cache: a block to disk (uid %u, depth "
+					"%u)", (unsigned)cold->uid, cold->depth);
+			continue;
+		}
 		if (!lru)
 			break;
 		if (s->verbose)
@@ -549,6 +711,15 @@ static void get(struct sbd_server *s, struct sbd_client *c,
 		s->cache_misses++;
 		sbd_reply(s, c, m->seq, -ENOENT, 0, 0, 0, -1);
 		return;
+	}
+	if (b->spilled) {
+		int r = block_unspill(s, k, b);
+
+		if (r < 0) {
+			s->cache_misses++;
+			sbd_reply(s, c, m->seq, r, 0, 0, 0, -1);
+			return;
+		}
 	}
 	tok_bytes = ((size_t)b->ntok * 4 + 7) & ~(size_t)7;
 	len = tok_bytes + (size_t)b->npages * 8;
@@ -761,6 +932,7 @@ void sbd_cache_free(struct sbd_server *s)
 		free(k->heaps[i]);
 	}
 	free(k->heaps);
+	free(k->spill_free);
 	free(k);
 	s->cache = NULL;
 }
@@ -814,7 +986,8 @@ const char *sbd_cache_check(const struct sbd_server *s)
 		for (const struct sbd_block *b = k->bucket[i]; b; b = b->next) {
 			uint32_t pins = 0, children = 0;
 
-			for (uint32_t p = 0; p < b->npages; p++) {
+			for (uint32_t p = 0; p < b->npages && !b->spilled;
+			     p++) {
 				const struct sbd_cheap *h =
 					heap_by_id((struct sbd_cache *)k,
 						   SBD_PREF_HEAP(b->pages[p]));

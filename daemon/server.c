@@ -127,6 +127,7 @@ static void status(struct sbd_server *s, struct sbd_client *who, uint32_t seq)
 	st->refused = s->refused;
 	st->clients_total = s->clients_total;
 	st->bytes_shared = s->cache_bytes;
+	st->bytes_spilled = s->cache_spilled;	/* + the clients', below */
 	st->cache_blocks = sbd_cache_blocks(s);
 	st->cache_hits = s->cache_hits;
 	st->cache_misses = s->cache_misses;

@@ -60,6 +60,9 @@ struct sbd_server {
 	uint64_t cache_bytes;	/* pages of the machine-wide cache */
 	struct sbd_cache *cache;	/* cache.c */
 	uint64_t cache_hits, cache_misses, cache_dropped;
+	bool spill;		/* --spill-dir given: */
+	int spill_fd;		/* an unlinked file in it */
+	uint64_t cache_spilled;	/* bytes of cached blocks on disk */
 	uint32_t next_id, next_heap_id;
 	uint64_t start_ms;
 	uint64_t reclaims, refused, clients_total;

@@ -33,7 +33,7 @@
 
 extern bool sbd_use_syslog;
 
-enum { O_SOCKET = 1, O_MAX, O_PAGE, O_GROUP, O_FG, O_VERBOSE };
+enum { O_SOCKET = 1, O_MAX, O_PAGE, O_SPILL, O_GROUP, O_FG, O_VERBOSE };
 
 static const struct sbc_opt opts[] = {
 	{O_SOCKET, "--socket", "PATH", "the socket clients connect to "
@@ -42,6 +42,8 @@ static const struct sbc_opt opts[] = {
 	 "pages, reserve and unused lease together (K/M/G/T)"},
 	{O_PAGE, "--page-size", "SIZE", "the page size announced to clients "
 	 "(default 256K); a client may use another: leases are in bytes"},
+	{O_SPILL, "--spill-dir", "DIR", "where cached prefixes nobody maps go "
+	 "when the budget needs room (else they are dropped)"},
 	{O_GROUP, "--group", "NAME", "the socket's group (mode 0660): its "
 	 "members may connect"},
 	{O_FG, "--foreground", NULL, "stay in the foreground, log to stderr "
@@ -49,6 +51,27 @@ static const struct sbc_opt opts[] = {
 	{O_VERBOSE, "--verbose", NULL, "log every connection and reclaim"},
 	{0, NULL, NULL, NULL},
 };
+
+/* An unlinked file in dir, or -errno: nothing is left behind, whatever
+ * way the daemon ends. */
+static int spill_file(const char *dir)
+{
+	char path[4096];
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+
+	if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR &&
+			errno != EINVAL))
+		return fd >= 0 ? fd : -errno;
+	/* A file system without O_TMPFILE. */
+	if (snprintf(path, sizeof(path), "%s/sparsebufd-XXXXXX", dir) >=
+	    (int)sizeof(path))
+		return -ENAMETOOLONG;
+	fd = mkostemp(path, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	unlink(path);
+	return fd;
+}
 
 static void on_tick(struct sbd_loop *loop, void *arg)
 {
@@ -145,6 +168,13 @@ int main(int argc, char **argv)
 			break;
 		case O_VERBOSE:
 			s.verbose = true;
+			break;
+		case O_SPILL:
+			s.spill_fd = spill_file(val);
+			if (s.spill_fd < 0)
+				sbc_fail(&cli, "--spill-dir %s: %s", val,
+					 strerror(-s.spill_fd));
+			s.spill = true;
 			break;
 		default:
 			sbc_fail(&cli, "unexpected argument '%s'", val);

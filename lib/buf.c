@@ -395,7 +395,12 @@ long sbi_buf_sole_pages(struct sb_buf *buf, size_t first, size_t end)
 	for (size_t i = first; i < end && i < buf->npages; i++) {
 		sbi_pid p = pte_pid(buf->pte[i]);
 
-		n += p && sbi_pool_refs(buf->pool, p - 1) == 1;
+		/* Held by this buffer alone in this process (a page of
+		 * sparsebufd's cache counts too: what it keeps mapped here
+		 * the daemon cannot let go of). */
+		n += p && sbi_pool_refs(buf->pool, p - 1) -
+				  sbi_pid_heap(buf->pool, p - 1)->foreign ==
+			  1;
 	}
 	pthread_mutex_unlock(&buf->lock);
 	return (long)n;

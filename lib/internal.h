@@ -642,6 +642,8 @@ uint64_t sbi_buf_src_bytes(const struct sb_buf *buf);
 
 /* Pages of [first, end) placed in buf and held by nobody else (what
  * releasing them would give back). */
+/* Pages of [first, end) no other buffer of the pool holds (pages of
+ * sparsebufd's cache included: the daemon is not counted). */
 long sbi_buf_sole_pages(struct sb_buf *buf, size_t first, size_t end);
 
 /* ---- save.c: images of a buffer range in a file ----------------------------*/

@@ -38,6 +38,14 @@
  * number of blocks kept (on disk included) is bounded by the slots (4x
  * max_bytes' worth, at least 256).
  *
+ * On a client pool of sparsebufd the blocks also go to the daemon's
+ * machine-wide cache (kv_remote.c): put publishes them and re-points the
+ * store and the sequence at the daemon's copy; get asks the daemon for the
+ * blocks after the local match. max_bytes then bounds what this process
+ * keeps mapped of the machine's cache (which the daemon cannot let go of
+ * while it is mapped): over it, such blocks are let go of here, never
+ * written to this pool's disk; the daemon keeps them.
+ *
  * Calls on one cache are serialized by its lock; the sequences it returns
  * are the caller's, as any sequence.
  */
@@ -330,10 +338,7 @@ static void trim(struct sb_kv_cache *c)
 		 * away soon after, and the older blocks must make room for
 		 * them then. They are never the ones to go. */
 		if (b->last_use == c->tick) {
-			/* (A block in sparsebufd's cache costs this process
-			 * nothing: the machine's budget counts it.) */
-			if (!b->remote)
-				pages += placed_pages(c, b);
+			pages += placed_pages(c, b);
 			continue;
 		}
 		mine[i] = sole_pages(c, b);
@@ -346,7 +351,10 @@ static void trim(struct sb_kv_cache *c)
 	qsort_r(order, nc, sizeof(*order), by_last_use, c);
 	for (size_t k = 0; k < nc && pages > max_pages; k++) {
 		struct block *b = c->slot[order[k]];
-		bool ok = disk;
+		/* A block in sparsebufd's cache is let go of here, never
+		 * written to this pool's disk: the daemon keeps it (and
+		 * may, now that nothing here pins it, spill or drop it). */
+		bool ok = disk && !b->remote;
 
 		if (!b || b->spilled || b->doomed)
 			continue;
@@ -796,8 +804,15 @@ SB_API struct sb_kv_seq *sb_kv_cache_get(struct sb_kv_cache *c,
 	pthread_mutex_lock(&c->lock);
 	c->tick++;
 	i = match(c, tokens, nb, chain);
-	if (c->remote)
+	if (c->remote && i < nb) {
+		size_t local = i;
+
 		i = fetch_more(c, tokens, i, nb, chain);
+		/* What this process maps of the machine's cache stays
+		 * within max_bytes: older blocks let go of. */
+		if (i > local)
+			trim(c);
+	}
 	/* The longest end whose window holds no hole. */
 	for (end = i; end > 0; end--) {
 		size_t pos = end * c->B, w = max_window(c->proto), j;

@@ -74,6 +74,11 @@ int sbi_kvr_publish(struct sb_kv_seq *store, size_t p0, size_t per,
 	}
 	r = sbi_dclient_cache_put(pool->client, key, pkey, depth, tokens,
 				  ntok, (uint32_t)n, refs, &gen);
+	if (r == -ENOSPC && sbi_lease_give_back(pool, 0, false))
+		/* The budget is full, partly with lease this pool holds
+		 * unused: back (told before the request), and again. */
+		r = sbi_dclient_cache_put(pool->client, key, pkey, depth,
+					  tokens, ntok, (uint32_t)n, refs, &gen);
 	if (r < 0)
 		goto out;
 	r = sbi_import_refs(pool, gen, refs, n, pids);
@@ -124,6 +129,11 @@ int sbi_kvr_fetch(struct sb_kv_seq *store, size_t p0, size_t per,
 	}
 	r = sbi_dclient_cache_get(pool->client, key, pkey, depth, got, ntok,
 				  refs, (uint32_t)n, &gen);
+	if (r == -ENOSPC && sbi_lease_give_back(pool, 0, false))
+		/* A block on the daemon's disk, no room to read it back in:
+		 * our unused lease back, and again. */
+		r = sbi_dclient_cache_get(pool->client, key, pkey, depth, got,
+					  ntok, refs, (uint32_t)n, &gen);
 	if (r < 0)
 		goto out;
 	if (memcmp(got, tokens, ntok * sizeof(*got))) {

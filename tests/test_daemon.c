@@ -354,8 +354,33 @@ static int child_cache_churn(void)
 	return 0;
 }
 
+/* Puts prompts 1..SBD_PUT_N, one after the other, and exits. */
+static int child_cache_putn(void)
+{
+	struct sb_kv_config cfg = kv_config();
+	unsigned n = (unsigned)atoi(getenv("SBD_PUT_N"));
+	int32_t toks[KV_TOKENS];
+	struct sb_kv_cache *c;
+	struct sb_pool *p;
+	int err = 0;
+
+	p = connect_pool(64 * MiB, &err);
+	CHECK(p);
+	c = sb_kv_cache_create(p, &cfg, "test-model", 8 * MiB, &err);
+	CHECK(c);
+	for (unsigned seed = 1; seed <= n; seed++) {
+		struct sb_kv_seq *s = kv_compute(p, seed, toks);
+
+		CHECK_EQ(sb_kv_cache_put(c, s, toks, KV_TOKENS), KV_TOKENS);
+		sb_kv_destroy(s);
+	}
+	sb_kv_cache_destroy(c);
+	sb_pool_destroy(p);
+	return 0;
+}
+
 /* Every prompt 0..SBD_CHURN_MAX found in the cache reads as computed;
- * prompt 0 is found whole. */
+ * prompt 0 is found whole (SBD_WANT_ALL: every one is). */
 static int child_cache_verify(void)
 {
 	struct sb_kv_config cfg = kv_config();
@@ -367,9 +392,11 @@ static int child_cache_verify(void)
 
 	p = connect_pool(256 * MiB, &err);
 	CHECK(p);
-	c = sb_kv_cache_create(p, &cfg, "test-model", 64 * MiB, &err);
+	/* Small: what it found it lets go of soon (a budget of 32 MiB). */
+	c = sb_kv_cache_create(p, &cfg, "test-model", 4 * MiB, &err);
 	CHECK(c);
-	for (unsigned seed = 0; seed <= max; seed++) {
+	for (unsigned seed = getenv("SBD_FROM1") ? 1 : 0; seed <= max;
+	     seed++) {
 		struct sb_kv_seq *s;
 		size_t hit = 0;
 
@@ -380,7 +407,7 @@ static int child_cache_verify(void)
 		if (!kv_rows_ok_s(s, seed, hit))
 			FAIL("prompt %u: %zu positions found, not as put",
 			     seed, hit);
-		if (!seed)
+		if (!seed || getenv("SBD_WANT_ALL"))
 			CHECK_EQ(hit, KV_TOKENS);
 		found += hit > 0;
 		sb_kv_destroy(s);
@@ -611,6 +638,63 @@ static void test_cache(void)
 	       "the same physical pages (pfn %llu), copy-on-write, pins of "
 	       "a killed one dropped, the prefix kept\n",
 	       (unsigned long long)pfn_b);
+	stop_daemon(SIGTERM);
+}
+
+/* A budget of 32 MiB and 12 prompts of 4 MiB put one after the other:
+ * with --spill-dir the older ones go to disk and come back whole;
+ * without, they are dropped, and what is found is intact. */
+static void test_cache_spill(void)
+{
+	char *put[] = {(char *)"SBD_PUT_N=12", NULL};
+	char *all[] = {(char *)"SBD_CHURN_MAX=12", (char *)"SBD_WANT_ALL=1",
+		       NULL};
+	char *some[] = {(char *)"SBD_CHURN_MAX=12", NULL};
+	char *argv[] = {daemon_bin, (char *)"--socket", sock_path,
+			(char *)"--max-bytes", (char *)"32M",
+			(char *)"--spill-dir", dir, (char *)"--foreground",
+			NULL};
+	struct sbd_status st;
+	pid_t parent = getpid();
+	int fd;
+
+	daemon_pid = fork();
+	CHECK(daemon_pid >= 0);
+	if (daemon_pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(1);
+		execv(daemon_bin, argv);
+		_exit(127);
+	}
+	for (double t0 = now_s(); (fd = connect_sock(sock_path)) < 0;) {
+		if (now_s() - t0 > 10)
+			FAIL("sparsebufd did not listen on %s", sock_path);
+		usleep(5000);
+	}
+	close(fd);
+	CHECK_EQ(reap(spawn_child("cache_putn", put), 60), 0);
+	status(&st, NULL, 0);
+	CHECK(st.bytes_used <= st.max_bytes);
+	CHECK(st.bytes_spilled > 0);
+	CHECK_EQ(st.cache_blocks, 12 * 2);
+	printf("cache spill: %llu MiB in memory, %llu MiB on disk\n",
+	       (unsigned long long)(st.bytes_shared >> 20),
+	       (unsigned long long)(st.bytes_spilled >> 20));
+	/* Prompt 0 was never put: found nowhere, the rest whole. */
+	all[0] = (char *)"SBD_CHURN_MAX=12";
+	CHECK_EQ(reap(spawn_child("cache_verify_from1", all), 60), 0);
+	status(&st, NULL, 0);
+	CHECK(st.bytes_used <= st.max_bytes);
+	stop_daemon(SIGTERM);
+	/* Without a spill directory: dropped, never wrong. */
+	start_daemon("32M");
+	CHECK_EQ(reap(spawn_child("cache_putn", put), 60), 0);
+	status(&st, NULL, 0);
+	CHECK(st.bytes_used <= st.max_bytes);
+	CHECK_EQ(st.bytes_spilled, 0);
+	CHECK(st.cache_blocks < 12 * 2);
+	CHECK_EQ(reap(spawn_child("cache_verify_from1", some), 60), 0);
 	stop_daemon(SIGTERM);
 }
 
@@ -1123,6 +1207,12 @@ static int child(const char *name)
 		return child_cache_churn();
 	if (!strcmp(name, "cache_verify"))
 		return child_cache_verify();
+	if (!strcmp(name, "cache_putn"))
+		return child_cache_putn();
+	if (!strcmp(name, "cache_verify_from1")) {
+		setenv("SBD_FROM1", "1", 1);
+		return child_cache_verify();
+	}
 	return 2;
 }
 
@@ -1145,6 +1235,7 @@ static int main_test(void)
 	atexit(kill_daemon);
 
 	test_cache();
+	test_cache_spill();
 	test_basic();
 	test_idle_gives();
 	test_client_killed();
