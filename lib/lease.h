@@ -14,6 +14,7 @@ struct sbi_lease {
 	uint64_t reclaim;	/* bytes the daemon asked back */
 	/* Lease thread only. */
 	size_t seen_used;	/* pool->used at the last look */
+	size_t rate;		/* growth per look, pages (decaying max) */
 	uint64_t report_ms;
 	size_t rep_resident, rep_used;
 	uint64_t refused_until_ms;	/* no background lease before */

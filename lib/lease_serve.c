@@ -108,6 +108,14 @@ static void serve_reclaim(struct sb_pool *pool, uint64_t bytes)
 	sbi_lease_give_back(pool, 0, true);
 }
 
+/* The least slack kept while growing: 8 MiB, or 3 looks' growth. */
+static size_t low_mark(const struct sb_pool *pool)
+{
+	size_t low = sbi_lease_low(pool);
+
+	return low > 3 * pool->lease->rate ? low : 3 * pool->lease->rate;
+}
+
 /* Keep the lease a chunk ahead of a growing pool; give back the rest. */
 static void maintain(struct sb_pool *pool, uint64_t now)
 {
@@ -131,11 +139,19 @@ static void maintain(struct sb_pool *pool, uint64_t now)
 	 * asking for lease then would take it back from the busy process the
 	 * reclaim was for.) */
 	active = used > l->seen_used;
+	/* How fast it grows: the lease is kept a few looks' growth ahead,
+	 * so that a fast grower (a decode loop placing KV as fast as memory
+	 * allows) never has to ask itself, a round trip on its own path. */
+	l->rate -= l->rate / 8;
+	if (active && used - l->seen_used > l->rate)
+		l->rate = used - l->seen_used;
 	l->seen_used = used;
 	slack = have > resident ? have - resident : 0;
-	if (active && slack < sbi_lease_low(pool) && have < pool->ceiling_pages &&
+	if (active && slack < low_mark(pool) && have < pool->ceiling_pages &&
 	    now >= l->refused_until_ms) {
 		chunk = sbi_lease_chunk(pool);
+		if (chunk < 6 * l->rate)
+			chunk = 6 * l->rate;
 		if (chunk > pool->ceiling_pages - have)
 			chunk = pool->ceiling_pages - have;
 		r = sbi_dclient_lease(pool->client,
@@ -159,7 +175,7 @@ static void maintain(struct sb_pool *pool, uint64_t now)
 	}
 	if (active)
 		l->idle_since_ms = now;
-	if (slack > sbi_lease_high(pool))
+	if (slack > sbi_lease_high(pool) + 6 * l->rate)
 		sbi_lease_give_back(pool, sbi_lease_chunk(pool), false);
 	else if (slack && now - l->idle_since_ms > IDLE_MS)
 		sbi_lease_give_back(pool, 0, false);
