@@ -669,6 +669,16 @@ void sbi_dclient_stash_heaps(struct sbi_dclient *c, uint64_t bytes, int want)
 
 #define CACHE_WAIT_MS 2000
 
+uint64_t sbi_dclient_gen(struct sbi_dclient *c)
+{
+	uint64_t g;
+
+	pthread_mutex_lock(&c->lock);
+	g = c->gen;
+	pthread_mutex_unlock(&c->lock);
+	return g;
+}
+
 size_t sbi_dclient_cache_page(struct sbi_dclient *c)
 {
 	size_t p;

@@ -305,6 +305,11 @@ long sbi_evict_locked(struct sb_buf *buf, size_t first, size_t end)
 
 		if (!sbi_pte_pid(pte))
 			continue;
+		/* A page of sparsebufd's cache (import.c) is the daemon's:
+		 * it counts in the machine's budget, not this pool's, and
+		 * nothing is freed here by writing a copy of it to disk. */
+		if (sbi_pid_heap(buf->pool, sbi_pte_pid(pte) - 1)->foreign)
+			continue;
 		if ((pte & (SBI_PTE_SHARED | SBI_PTE_PRIVMAP |
 			    SBI_PTE_WPFAIL)) &&
 		    make_private(buf, i) < 0)

@@ -45,7 +45,7 @@ static struct sbi_heap *find(struct sb_pool *pool, uint64_t gen, uint32_t id,
 static int import_heap(struct sb_pool *pool, uint64_t gen, uint32_t id)
 {
 	struct sbi_heap *w[64];
-	size_t pph = pool->pages_per_heap, n = 0, added = 0, npages;
+	size_t pph = pool->pages_per_heap, n = 0, npages;
 	uint64_t bytes;
 	int fd, r = 0;
 
@@ -81,32 +81,36 @@ static int import_heap(struct sb_pool *pool, uint64_t gen, uint32_t id)
 	}
 	if (fd >= 0)
 		close(fd);
+	/* The windows this pool does not map already (another thread may
+	 * have imported them meanwhile; a window nobody here used any more
+	 * was let go of, the others stay). */
 	pthread_mutex_lock(&pool->lock);
-	if (r == 0 && !find(pool, gen, id, 0))
-		for (; added < n; added++) {
-			r = sbi_pool_add_foreign(pool, w[added]);
-			if (r < 0)
-				break;	/* those added stay, unused */
-		}
+	for (size_t k = 0; k < n && r == 0; k++) {
+		if (find(pool, gen, id, w[k]->fbase))
+			continue;
+		r = sbi_pool_add_foreign(pool, w[k]);
+		if (r == 0)
+			w[k] = NULL;
+	}
 	pthread_mutex_unlock(&pool->lock);
-	for (size_t k = added; k < n; k++)
-		sbi_heap_destroy(&pool->source, w[k], pool->page_size);
+	for (size_t k = 0; k < n; k++)
+		if (w[k])
+			sbi_heap_destroy(&pool->source, w[k], pool->page_size);
 	return r;
 }
 
 int sbi_import_refs(struct sb_pool *pool, uint64_t gen, const uint64_t *refs,
 		    size_t n, sbi_pid *out)
 {
-	int r = 0;
+	int r = 0, tries = 0;
 
 	if (!pool->client)
 		return -EINVAL;
+again:
 	/* The heaps first: round trips, with no lock held. */
 	for (size_t k = 0; k < n && r == 0; k++) {
 		bool have;
 
-		if (k && SBD_PREF_HEAP(refs[k]) == SBD_PREF_HEAP(refs[k - 1]))
-			continue;	/* (any window imports them all) */
 		pthread_mutex_lock(&pool->lock);
 		have = find(pool, gen, SBD_PREF_HEAP(refs[k]),
 			    SBD_PREF_IDX(refs[k])) != NULL;
@@ -116,9 +120,17 @@ int sbi_import_refs(struct sb_pool *pool, uint64_t gen, const uint64_t *refs,
 	}
 	pthread_mutex_lock(&pool->lock);
 	for (size_t k = 0; k < n && r == 0; k++) {
-		if (!find(pool, gen, SBD_PREF_HEAP(refs[k]),
-			  SBD_PREF_IDX(refs[k])))
-			r = -EPROTO;
+		if (find(pool, gen, SBD_PREF_HEAP(refs[k]),
+			 SBD_PREF_IDX(refs[k])))
+			continue;
+		/* Let go of meanwhile (its last page here was put), or the
+		 * daemon named a page past its heap. */
+		r = ++tries < 4 ? -EAGAIN : -EPROTO;
+	}
+	if (r == -EAGAIN) {
+		pthread_mutex_unlock(&pool->lock);
+		r = 0;
+		goto again;
 	}
 	if (r == 0) {
 		for (size_t k = 0; k < n; k++) {
@@ -127,7 +139,8 @@ int sbi_import_refs(struct sb_pool *pool, uint64_t gen, const uint64_t *refs,
 				     SBD_PREF_IDX(refs[k]));
 			uint32_t i = SBD_PREF_IDX(refs[k]) - h->fbase;
 
-			h->refs[i]++;
+			if (!h->refs[i]++)
+				h->nheld++;
 			h->owner[i]++;	/* this pin */
 			out[k] = h->slot * pool->pages_per_heap + i + 1;
 		}

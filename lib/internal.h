@@ -178,6 +178,8 @@ struct sbi_heap {
 	 * window, the daemon's index of its page 0. */
 	off_t foff;
 	uint32_t fbase;
+	uint32_t nheld;		/* imported: pages with references (none:
+				 * the window is let go of, pool.c) */
 	uint64_t serial;	/* unique per pool: stale run hints detect reuse */
 	char *map;		/* pool-side mapping, never registered */
 	/* Protected by pool->lock. */
@@ -271,6 +273,8 @@ void sbi_dclient_heap_free(struct sbi_dclient *c, int fd);
 /* The machine-wide prefix cache (daemon/cache.c; lib/dproto.h describes
  * the messages). Round trips: never under a pool's lock. gen: the
  * connection a page reference belongs to. */
+/* The connection's generation (one more at each reconnection). */
+uint64_t sbi_dclient_gen(struct sbi_dclient *c);
 /* The daemon's page size (the cache's), 0 when not connected. */
 size_t sbi_dclient_cache_page(struct sbi_dclient *c);
 /* Start putting a block: npages pages (refs, pinned) to fill, then

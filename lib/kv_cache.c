@@ -71,7 +71,9 @@ struct block {
 	bool complete;		/* every windowed layer's rows are in it */
 	bool spilled;		/* its pages went to disk */
 	bool doomed;		/* being dropped (drop_subtree) */
-	bool remote;		/* its slot maps sparsebufd's cache pages */
+	bool remote;		/* its slot maps sparsebufd's cache pages, */
+	uint64_t rgen;		/* of this connection (a new daemon has
+				 * none of them: published again) */
 };
 
 struct sb_kv_cache {
@@ -663,18 +665,21 @@ static void publish(struct sb_kv_cache *c, struct sb_kv_seq *s,
 	for (size_t k = 0; k < n && c->remote; k++) {
 		struct block *b = chain[k];
 		uint64_t pkey = k ? chain[k - 1]->key : c->root;
+		uint64_t gen = 0;
 		int r;
 
-		if (b->remote)
+		if (b->remote &&
+		    b->rgen == sbi_dclient_gen(c->pool->client))
 			continue;
 		if (!b->complete || b->spilled)
 			break;
 		r = sbi_kvr_publish(c->store, b->slot * per, per, b->key, pkey,
-				    (uint32_t)k, b->tokens, (uint32_t)c->B);
+				    (uint32_t)k, b->tokens, (uint32_t)c->B,
+				    &gen);
 		if (r == -EEXIST)
 			r = sbi_kvr_fetch(c->store, b->slot * per, per, b->key,
 					  pkey, (uint32_t)k, b->tokens,
-					  (uint32_t)c->B);
+					  (uint32_t)c->B, &gen);
 		if (r == -EOPNOTSUPP) {
 			sbi_warn("KV cache \"%s\": this pool's heaps are "
 				 "smaller than sparsebufd's cache heaps; the "
@@ -684,6 +689,7 @@ static void publish(struct sb_kv_cache *c, struct sb_kv_seq *s,
 		if (r < 0)
 			break;
 		b->remote = true;
+		b->rgen = gen;
 		if (k * c->B < s->len && block_held(c, s, k))
 			for (size_t g = 0; g < s->nregions; g++)
 				(void)sb_buf_share(s->buf[g], k * c->bb,
@@ -701,13 +707,14 @@ static size_t fetch_more(struct sb_kv_cache *c, const int32_t *tokens,
 
 	for (; i < nb && c->remote; i++) {
 		struct block *b = new_block(c, chain, i, tokens);
+		uint64_t gen = 0;
 		int r;
 
 		if (!b)
 			break;
 		r = sbi_kvr_fetch(c->store, b->slot * per, per, b->key,
 				  i ? chain[i - 1]->key : c->root, (uint32_t)i,
-				  b->tokens, (uint32_t)c->B);
+				  b->tokens, (uint32_t)c->B, &gen);
 		if (r < 0) {
 			drop(c, b);
 			if (r == -EOPNOTSUPP)
@@ -715,6 +722,7 @@ static size_t fetch_more(struct sb_kv_cache *c, const int32_t *tokens,
 			break;
 		}
 		b->remote = b->complete = true;
+		b->rgen = gen;
 	}
 	return i;
 }

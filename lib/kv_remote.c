@@ -60,7 +60,7 @@ bool sbi_kvr_usable(struct sb_pool *pool, const struct sb_kv_seq *store,
 
 int sbi_kvr_publish(struct sb_kv_seq *store, size_t p0, size_t per,
 		    uint64_t key, uint64_t pkey, uint32_t depth,
-		    const int32_t *tokens, uint32_t ntok)
+		    const int32_t *tokens, uint32_t ntok, uint64_t *gen_out)
 {
 	struct sb_pool *pool = store->pool;
 	size_t n = block_pages(store, per);
@@ -106,6 +106,7 @@ int sbi_kvr_publish(struct sb_kv_seq *store, size_t p0, size_t per,
 		goto out;
 	}
 	r = install(store, p0, per, pids);
+	*gen_out = gen;
 out:
 	free(refs);
 	free(pids);
@@ -114,7 +115,7 @@ out:
 
 int sbi_kvr_fetch(struct sb_kv_seq *store, size_t p0, size_t per,
 		  uint64_t key, uint64_t pkey, uint32_t depth,
-		  const int32_t *tokens, uint32_t ntok)
+		  const int32_t *tokens, uint32_t ntok, uint64_t *gen_out)
 {
 	struct sb_pool *pool = store->pool;
 	size_t n = block_pages(store, per);
@@ -146,6 +147,7 @@ int sbi_kvr_fetch(struct sb_kv_seq *store, size_t p0, size_t per,
 	r = sbi_import_refs(pool, gen, refs, n, pids);
 	if (r == 0)
 		r = install(store, p0, per, pids);
+	*gen_out = gen;
 out:
 	free(refs);
 	free(pids);

@@ -53,11 +53,11 @@ bool sbi_kvr_usable(struct sb_pool *pool, const struct sb_kv_seq *store,
  * slot to the cache's pages. 0, -EEXIST (cached already), -errno. */
 int sbi_kvr_publish(struct sb_kv_seq *store, size_t p0, size_t per,
 		    uint64_t key, uint64_t pkey, uint32_t depth,
-		    const int32_t *tokens, uint32_t ntok);
+		    const int32_t *tokens, uint32_t ntok, uint64_t *gen);
 /* Map the daemon's block (its tokens equal to tokens) in the store slot.
  * 0, -ENOENT (not cached), -errno. */
 int sbi_kvr_fetch(struct sb_kv_seq *store, size_t p0, size_t per,
 		  uint64_t key, uint64_t pkey, uint32_t depth,
-		  const int32_t *tokens, uint32_t ntok);
+		  const int32_t *tokens, uint32_t ntok, uint64_t *gen);
 
 #endif

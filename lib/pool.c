@@ -590,15 +590,34 @@ void sbi_pool_ref(struct sb_pool *pool, const sbi_pid *pids, size_t n)
 {
 	pthread_mutex_lock(&pool->lock);
 	for (size_t k = 0; k < n; k++)
-		if (pids[k])
-			sbi_pid_heap(pool, pids[k] - 1)
-				->refs[sbi_pid_index(pool, pids[k] - 1)]++;
+		if (pids[k]) {
+			struct sbi_heap *h = sbi_pid_heap(pool, pids[k] - 1);
+
+			if (!h->refs[sbi_pid_index(pool, pids[k] - 1)]++ &&
+			    h->foreign)
+				h->nheld++;
+		}
 	pthread_mutex_unlock(&pool->lock);
+}
+
+/* An imported window nothing here references: out of the pool (its
+ * mapping and descriptor go after the lock, sbi_pool_put). */
+static bool drop_foreign(struct sb_pool *pool, struct sbi_heap *h)
+{
+	SBI_HELD(&pool->lock);
+	if (pool->heaps[h->slot] != h)
+		return false;
+	pool->heaps[h->slot] = NULL;
+	while (pool->heap_hi && !pool->heaps[pool->heap_hi - 1])
+		pool->heap_hi--;
+	return true;
 }
 
 /* pids are stored plus one (page-table form); 0 entries are skipped. */
 void sbi_pool_put(struct sb_pool *pool, const sbi_pid *pids, size_t n)
 {
+	struct sbi_heap *gone[8];
+	size_t ngone = 0;
 	bool freed = false;
 
 	pthread_mutex_lock(&pool->lock);
@@ -621,6 +640,12 @@ void sbi_pool_put(struct sb_pool *pool, const sbi_pid *pids, size_t n)
 								 h->fbase + i),
 							h->owner[i]);
 			h->owner[i] = 0;
+			/* The window's last page here: the window goes, so
+			 * that no memory of the daemon's (a page the cache
+			 * dropped, an earlier daemon's heap) stays alive
+			 * through this process. */
+			if (!--h->nheld && ngone < 8 && drop_foreign(pool, h))
+				gone[ngone++] = h;
 			continue;
 		}
 		h->state[i] = SBI_PG_DIRTY;
@@ -635,6 +660,8 @@ void sbi_pool_put(struct sb_pool *pool, const sbi_pid *pids, size_t n)
 	if (freed && pool->ready_idle)
 		pthread_cond_signal(&pool->ready_cond);
 	pthread_mutex_unlock(&pool->lock);
+	while (ngone)
+		sbi_heap_destroy(&pool->source, gone[--ngone], pool->page_size);
 }
 
 void sbi_pool_evicted(struct sb_pool *pool, const sbi_pid *pids, size_t n)

@@ -459,6 +459,25 @@ static int child_cache_put(void)
 	return 0;
 }
 
+/* Mappings of sparsebufd's cache heaps in this process. */
+static int cache_maps(void)
+{
+	char line[512];
+	int n = 0;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	CHECK(f);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, "sparsebufd-cache") != NULL;
+	fclose(f);
+	return n;
+}
+
+static bool sb_pool_is_leased_pub(struct sb_pool *p)
+{
+	return sbi_pool_is_leased(p);
+}
+
 /* Finds the prompt, checks it, writes the frame of its first K page to
  * pfn-NAME; with SBD_CACHE_HOLD waits (pinned) for the mark "release";
  * then writes a row (copy-on-write: the cache's copy is unchanged). */
@@ -501,6 +520,44 @@ static int child_cache_get(void)
 	k0[0] ^= 0xff;	/* copy-on-write: a page of our own */
 	CHECK_EQ(k0[0], (uint8_t)(kv_pat(0, 0, 0) ^ 0xff));
 	CHECK(!pfn || pfn_of(k0) != pfn);
+	sb_kv_destroy(s);
+	sb_kv_cache_destroy(c);
+	/* Nothing of the daemon's stays mapped here once nothing uses it. */
+	CHECK_EQ(cache_maps(), 0);
+	sb_pool_destroy(p);
+	return 0;
+}
+
+/* Puts the prompt, keeps its sequence and cache across a daemon restart
+ * (marks "put", waits for "restarted"), puts it again: the new daemon has
+ * it then (mark "again"). */
+static int child_cache_republish(void)
+{
+	struct sb_kv_config cfg = kv_config();
+	int32_t toks[KV_TOKENS];
+	struct sb_kv_cache *c;
+	struct sb_kv_seq *s;
+	struct sb_pool *p;
+	int err = 0;
+
+	p = connect_pool(256 * MiB, &err);
+	CHECK(p);
+	c = sb_kv_cache_create(p, &cfg, "test-model", 64 * MiB, &err);
+	CHECK(c);
+	s = kv_compute(p, 0, toks);
+	CHECK_EQ(sb_kv_cache_put(c, s, toks, KV_TOKENS), KV_TOKENS);
+	mark("put");
+	wait_mark("restarted", 60);
+	/* The pages stay valid through the restart. */
+	CHECK(kv_rows_ok(s, KV_TOKENS));
+	for (double t0 = now_s(); !sb_pool_is_leased_pub(p);) {
+		if (now_s() - t0 > 10)
+			FAIL("not connected to the new daemon");
+		usleep(5000);
+	}
+	CHECK_EQ(sb_kv_cache_put(c, s, toks, KV_TOKENS), KV_TOKENS);
+	mark("again");
+	wait_mark("republish-exit", 60);
 	sb_kv_destroy(s);
 	sb_kv_cache_destroy(c);
 	sb_pool_destroy(p);
@@ -633,7 +690,17 @@ static void test_cache(void)
 			 dirname(strdup(daemon_bin)), sock_path);
 		CHECK(system(cmd) != 0);	/* nothing pinned */
 	}
-	/* The budget wants the pages: nobody maps them, they go first. */
+	/* A daemon restarted under a process holding a prompt: its pages
+	 * stay valid, and its next put gives the new daemon the prompt. */
+	pid = spawn_child("cache_republish", NULL);
+	wait_mark("put", 30);
+	stop_daemon(SIGKILL);
+	start_daemon("1G");
+	mark("restarted");
+	wait_mark("again", 30);
+	CHECK_EQ(reap(spawn_child("cache_get", b), 30), 0);
+	mark("republish-exit");
+	CHECK_EQ(reap(pid, 30), 0);
 	printf("cache: a prompt put by one process found by two others in "
 	       "the same physical pages (pfn %llu), copy-on-write, pins of "
 	       "a killed one dropped, the prefix kept\n",
@@ -1256,6 +1323,8 @@ static int child(const char *name)
 		return child_cache_verify();
 	if (!strcmp(name, "cache_putn"))
 		return child_cache_putn();
+	if (!strcmp(name, "cache_republish"))
+		return child_cache_republish();
 	if (!strcmp(name, "cache_verify_from1")) {
 		setenv("SBD_FROM1", "1", 1);
 		return child_cache_verify();
