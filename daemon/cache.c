@@ -40,6 +40,9 @@
 #include <unistd.h>
 
 #define CACHE_HEAP_BYTES ((uint64_t)8 << 20)
+/* Blocks a client may be filling at once (a client fills one at a time;
+ * more is a client that puts and never says DONE). */
+#define MAX_FILLING 64
 #define NBUCKETS 4096u
 #define MAX_MODELS 256
 
@@ -56,6 +59,7 @@ struct sbd_cheap {
 struct sbd_block {
 	struct sbd_block *next;		/* hash bucket */
 	struct sbd_block *parent;	/* NULL: depth 0 */
+	struct sbd_block *child, *sibling;	/* the blocks after it */
 	uint64_t key, pkey;
 	uid_t uid;
 	uint32_t depth, ntok, npages, children;
@@ -506,8 +510,14 @@ static void block_drop(struct sbd_server *s, struct sbd_cache *k,
 	while (*pp != b)
 		pp = &(*pp)->next;
 	*pp = b->next;
-	if (b->parent)
+	if (b->parent) {
+		for (pp = &b->parent->child; *pp != b; pp = &(*pp)->sibling)
+			;
+		*pp = b->sibling;
 		b->parent->children--;
+	}
+	if (b->filler)
+		b->filler->nfilling--;
 	if (b->spilled)
 		spill_forget(s, k, b->pages, b->npages);
 	else
@@ -525,19 +535,27 @@ static void block_drop(struct sbd_server *s, struct sbd_cache *k,
 static void drop_subtree(struct sbd_server *s, struct sbd_cache *k,
 			 struct sbd_block *b)
 {
-	while (b->children) {
-		struct sbd_block *child = NULL;
+	/* Iterative, deepest first: a chain may be as long as the budget
+	 * has blocks. */
+	while (b->child) {
+		struct sbd_block *x = b->child;
 
-		for (uint32_t i = 0; i < NBUCKETS && !child; i++)
-			for (struct sbd_block *x = k->bucket[i]; x && !child;
-			     x = x->next)
-				if (x->parent == b)
-					child = x;
-		if (!child)
-			break;	/* (cannot happen) */
-		drop_subtree(s, k, child);
+		while (x->child)
+			x = x->child;
+		block_drop(s, k, x);
 	}
 	block_drop(s, k, b);
+}
+
+static int by_last_ms(const void *x, const void *y)
+{
+	const struct sbd_block *a = *(struct sbd_block *const *)x;
+	const struct sbd_block *b = *(struct sbd_block *const *)y;
+
+	if (a->last_ms != b->last_ms)
+		return a->last_ms < b->last_ms ? -1 : 1;
+	/* The end of a prefix before its beginning. */
+	return a->depth < b->depth ? 1 : a->depth > b->depth ? -1 : 0;
 }
 
 uint64_t sbd_cache_shrink(struct sbd_server *s, uint64_t need)
@@ -547,35 +565,57 @@ uint64_t sbd_cache_shrink(struct sbd_server *s, uint64_t need)
 
 	if (!k)
 		return 0;
-	while (before - s->cache_bytes < need) {
-		struct sbd_block *lru = NULL, *cold = NULL;
+	/* Rounds over the candidates, least recently used first (a sort
+	 * each, not a scan per block): any cold block may go to disk (it
+	 * stays findable); only a leaf may be dropped, and a parent becomes
+	 * one once its children went, in the next round. */
+	for (bool progress = true;
+	     progress && before - s->cache_bytes < need;) {
+		struct sbd_block **v = malloc(k->nblocks * sizeof(*v));
+		size_t n = 0;
 
-		/* Any cold block may go to disk (it stays findable); only a
-		 * leaf may be dropped. */
+		progress = false;
+		if (!v)
+			break;
 		for (uint32_t i = 0; i < NBUCKETS; i++)
 			for (struct sbd_block *b = k->bucket[i]; b;
-			     b = b->next) {
-				if (b->filler || b->pins || b->spilled)
-					continue;
-				if (!cold || b->last_ms < cold->last_ms)
-					cold = b;
-				if (!b->children &&
-				    (!lru || b->last_ms < lru->last_ms))
-					lru = b;
+			     b = b->next)
+				if (!b->filler && !b->pins && !b->spilled)
+					v[n++] = b;
+		qsort(v, n, sizeof(*v), by_last_ms);
+		for (size_t j = 0; j < n && before - s->cache_bytes < need;
+		     j++) {
+			struct sbd_block *b = v[j];
+			uint64_t t = b->last_ms;
+
+			if (s->spill && block_spill(s, k, b)) {
+				if (s->verbose)
+					sbd_log("cache: a block to disk (uid "
+						"%u, depth %u)",
+						(unsigned)b->uid, b->depth);
+				progress = true;
+				continue;
 			}
-		if (cold && s->spill && block_spill(s, k, cold)) {
-			if (s->verbose)
-				sbd_log("cache: a block to disk (uid %u, depth "
-					"%u)", (unsigned)cold->uid, cold->depth);
-			continue;
+			/* A leaf goes, then each parent it leaves childless
+			 * that is a candidate too and was used before it:
+			 * such a parent came earlier in v, which is never
+			 * looked at again this round (one used at the same
+			 * millisecond comes after its child: its own turn). */
+			while (b && !b->children && !b->filler && !b->pins &&
+			       !b->spilled && before - s->cache_bytes < need) {
+				struct sbd_block *up = b->parent;
+
+				if (s->verbose)
+					sbd_log("cache: dropped a block (uid %u, "
+						"depth %u)", (unsigned)b->uid,
+						b->depth);
+				block_drop(s, k, b);
+				s->cache_dropped++;
+				progress = true;
+				b = up && up->last_ms < t ? up : NULL;
+			}
 		}
-		if (!lru)
-			break;
-		if (s->verbose)
-			sbd_log("cache: dropped a block (uid %u, depth %u)",
-				(unsigned)lru->uid, lru->depth);
-		block_drop(s, k, lru);
-		s->cache_dropped++;
+		free(v);
 	}
 	return before - s->cache_bytes;
 }
@@ -634,6 +674,10 @@ static void put(struct sbd_server *s, struct sbd_client *c,
 		sbd_reply(s, c, m->seq, -ENOSPC, 0, 0, 0, -1);
 		return;
 	}
+	if (c->nfilling >= MAX_FILLING) {
+		sbd_reply(s, c, m->seq, -EBUSY, 0, 0, 0, -1);
+		return;
+	}
 	b = calloc(1, sizeof(*b));
 	if (b) {
 		b->tokens = malloc(m->len);
@@ -658,9 +702,13 @@ static void put(struct sbd_server *s, struct sbd_client *c,
 	b->npages = n;
 	b->parent = parent;
 	b->filler = c;
+	c->nfilling++;
 	b->last_ms = sbd_now_ms();
-	if (parent)
+	if (parent) {
 		parent->children++;
+		b->sibling = parent->child;
+		parent->child = b;
+	}
 	b->next = k->bucket[bucket_of(b->key, b->uid)];
 	k->bucket[bucket_of(b->key, b->uid)] = b;
 	k->nblocks++;
@@ -693,6 +741,7 @@ static int done(struct sbd_server *s, struct sbd_client *c,
 	if (!b || b->filler != c)
 		return -ENOENT;
 	b->filler = NULL;
+	c->nfilling--;
 	b->last_ms = sbd_now_ms();
 	if (!m->b)
 		drop_subtree(s, k, b);	/* pages go when c unpins them */
@@ -875,16 +924,20 @@ void sbd_cache_drop_client(struct sbd_server *s, struct sbd_client *c)
 	/* Blocks it was filling: never finished, gone with what follows
 	 * them (its own puts: nobody else may put after a block being
 	 * filled). */
-	for (bool again = k != NULL; again;) {
-		again = false;
-		for (uint32_t i = 0; i < NBUCKETS && !again; i++)
+	while (k && c->nfilling) {
+		struct sbd_block *f = NULL;
+
+		/* One scan per block it was filling (MAX_FILLING at most),
+		 * the shallowest first: its subtree holds the others. */
+		for (uint32_t i = 0; i < NBUCKETS; i++)
 			for (struct sbd_block *b = k->bucket[i]; b;
 			     b = b->next)
-				if (b->filler == c) {
-					drop_subtree(s, k, b);
-					again = true;
-					break;
-				}
+				if (b->filler == c &&
+				    (!f || b->depth < f->depth))
+					f = b;
+		if (!f)
+			break;	/* (cannot happen) */
+		drop_subtree(s, k, f);
 	}
 	if (p) {
 		for (size_t i = 0; k && i < p->cap; i++)
@@ -976,6 +1029,16 @@ const char *sbd_cache_check(const struct sbd_server *s)
 			return "a heap's free count";
 		held += (uint64_t)(h->npages - h->nfree) * s->page_size;
 	}
+	for (const struct sbd_client *c = s->clients; c; c = c->next) {
+		uint32_t n = 0;
+
+		for (uint32_t i = 0; i < NBUCKETS; i++)
+			for (const struct sbd_block *b = k->bucket[i]; b;
+			     b = b->next)
+				n += b->filler == c;
+		if (n != c->nfilling)
+			return "a client's count of blocks being filled";
+	}
 	if (held != s->cache_bytes) {
 		snprintf(why, sizeof(why), "cache bytes %llu, pages held %llu",
 			 (unsigned long long)s->cache_bytes,
@@ -998,12 +1061,18 @@ const char *sbd_cache_check(const struct sbd_server *s)
 			}
 			if (pins != b->pins)
 				return "a block's pin count";
-			for (uint32_t j = 0; j < NBUCKETS; j++)
-				for (const struct sbd_block *x = k->bucket[j];
-				     x; x = x->next)
-					children += x->parent == b;
+			for (const struct sbd_block *x = b->child; x;
+			     x = x->sibling) {
+				if (x->parent != b)
+					return "a child of another parent";
+				children++;
+			}
 			if (children != b->children)
 				return "a block's children";
+			if (b->parent && block_find((struct sbd_cache *)k,
+						    b->uid, b->parent->key) !=
+						 b->parent)
+				return "a block whose parent is gone";
 		}
 	return NULL;
 }

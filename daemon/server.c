@@ -223,20 +223,35 @@ static bool serve(struct sbd_server *s, struct sbd_client *c,
 		c->control = m->d & SBD_HELLO_CONTROL;
 		c->page_size = c->control ? 4096 : m->c;
 		if (!c->control && m->b) {
-			/* Back after a restart, holding pages already. */
-			c->lease = m->b;
-			s->used += m->b;
-			sbd_log("client %u (pid %d): back, holding %llu KiB",
+			/* Back after a restart, holding pages already. What
+			 * it says cannot be checked: at most the budget is
+			 * believed (a client claiming the machine would
+			 * otherwise shut every other one out), and the
+			 * client is told what was. */
+			uint64_t claim = m->b < s->max_bytes ? m->b
+							     : s->max_bytes;
+
+			claim -= claim % c->page_size;
+			c->lease = claim;
+			s->used += claim;
+			sbd_log("client %u (pid %d): back, holding %llu KiB%s",
 				c->id, (int)c->pid,
-				(unsigned long long)(m->b >> 10));
+				(unsigned long long)(claim >> 10),
+				claim < m->b ? " (claimed more: capped)" : "");
 		} else if (s->verbose) {
 			sbd_log("client %u (pid %d, uid %u): %s, %llu KiB "
 				"pages", c->id, (int)c->pid, (unsigned)c->uid,
 				c->control ? "control" : "connected",
 				(unsigned long long)(c->page_size >> 10));
 		}
-		sbd_reply(s, c, m->seq, 0, c->id, s->max_bytes, s->page_size,
-			  -1);
+		{
+			struct sbd_msg r = {.magic = SBD_MAGIC,
+					    .type = SBD_REPLY, .seq = m->seq,
+					    .a = c->id, .b = s->max_bytes,
+					    .c = s->page_size, .d = c->lease};
+
+			sbd_send(c->fd, &r, NULL, -1);
+		}
 		sbd_budget_check(s);
 		return true;
 	case SBD_STATUS:

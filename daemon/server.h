@@ -43,6 +43,7 @@ struct sbd_client {
 	struct sbd_heap *heaps;
 	size_t nheaps, heap_cap;
 	struct sbd_pins *pins;	/* cache.c: cache pages it maps */
+	uint32_t nfilling;	/* cache.c: blocks it is filling */
 };
 
 struct sbd_server {

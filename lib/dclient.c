@@ -56,6 +56,7 @@ struct sbi_dclient {
 	uint32_t id;			/* the daemon's name for us */
 	uint64_t daemon_max;
 	uint64_t daemon_page;		/* its page size (the cache's) */
+	uint64_t accepted;		/* of what the HELLO claimed */
 	uint32_t next_seq, want_seq;
 	bool have_reply;
 	struct sbd_msg reply;
@@ -160,6 +161,7 @@ static int hello(struct sbi_dclient *c)
 	c->id = (uint32_t)m.a;
 	c->daemon_max = m.b;
 	c->daemon_page = m.c;
+	c->accepted = m.d;
 	/* Unpins meant for the daemon before: this one never pinned. */
 	c->nunpins = 0;
 	pthread_mutex_unlock(&c->lock);
@@ -668,6 +670,16 @@ void sbi_dclient_stash_heaps(struct sbi_dclient *c, uint64_t bytes, int want)
 /* ---- the machine-wide prefix cache (daemon/cache.c) ------------------------ */
 
 #define CACHE_WAIT_MS 2000
+
+uint64_t sbi_dclient_accepted(struct sbi_dclient *c)
+{
+	uint64_t a;
+
+	pthread_mutex_lock(&c->lock);
+	a = c->accepted;
+	pthread_mutex_unlock(&c->lock);
+	return a;
+}
 
 uint64_t sbi_dclient_gen(struct sbi_dclient *c)
 {

@@ -33,7 +33,8 @@ enum sbd_type {
 	SBD_HELLO = 1,	/* a: version, b: bytes held already (a reconnect),
 			 * c: page size, d: flags (SBD_HELLO_*). Reply: a:
 			 * client id, b: the daemon's max_bytes, c: its page
-			 * size. */
+			 * size, d: the lease it counts for the client (what
+			 * b claimed, at most max_bytes). */
 	SBD_LEASE,	/* a: bytes needed at least, b: bytes wanted, c/d:
 			 * resident/used bytes. Reply a: bytes granted (>= a),
 			 * or err -ENOMEM when nothing anywhere could be freed

@@ -53,6 +53,16 @@ static void cb_reconnected(void *arg)
 {
 	struct sb_pool *pool = arg;
 	struct sbi_lease *l = pool->lease;
+	size_t accepted =
+		(size_t)(sbi_dclient_accepted(pool->client) >> pool->page_shift);
+
+	/* A new daemon with a smaller budget believed less than we hold:
+	 * that is our lease (we are over it: what we allocate next asks for
+	 * more, or evicts), and what we return stays within it. */
+	pthread_mutex_lock(&pool->lock);
+	if (!pool->daemon_local && accepted < pool->max_pages)
+		sbi_lease_set(pool, accepted);
+	pthread_mutex_unlock(&pool->lock);
 
 	pthread_mutex_lock(&l->lock);
 	l->report_now = true;	/* the new daemon learns what we hold */

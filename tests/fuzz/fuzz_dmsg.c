@@ -426,7 +426,8 @@ static bool answers(struct run *h, struct slot *sl, const struct req *r,
 	switch (r->type) {
 	case SBD_HELLO:
 		return !m->err && fd < 0 && !m->len && m->a == sl->id &&
-		       m->b == h->s.max_bytes && m->c == h->s.page_size;
+		       m->b == h->s.max_bytes && m->c == h->s.page_size &&
+		       m->d <= h->s.max_bytes && m->d <= r->b;
 	case SBD_LEASE:
 		if (fd >= 0 || m->len)
 			return false;
@@ -460,6 +461,7 @@ static bool answers(struct run *h, struct slot *sl, const struct req *r,
 			return !m->len && (m->err == -EEXIST ||
 					   m->err == -ENOENT ||
 					   m->err == -ENOSPC ||
+					   m->err == -EBUSY ||
 					   m->err == -ENOMEM);
 		return m->a == r->d && m->len == r->d * 8;
 	case SBD_CACHE_GET:
