@@ -671,6 +671,16 @@ void sbi_dclient_stash_heaps(struct sbi_dclient *c, uint64_t bytes, int want)
 
 #define CACHE_WAIT_MS 2000
 
+uint64_t sbi_dclient_max(struct sbi_dclient *c)
+{
+	uint64_t m;
+
+	pthread_mutex_lock(&c->lock);
+	m = c->daemon_max;
+	pthread_mutex_unlock(&c->lock);
+	return m;
+}
+
 uint64_t sbi_dclient_accepted(struct sbi_dclient *c)
 {
 	uint64_t a;

@@ -273,6 +273,8 @@ void sbi_dclient_heap_free(struct sbi_dclient *c, int fd);
 /* The machine-wide prefix cache (daemon/cache.c; lib/dproto.h describes
  * the messages). Round trips: never under a pool's lock. gen: the
  * connection a page reference belongs to. */
+/* The machine's budget (the daemon's max_bytes). */
+uint64_t sbi_dclient_max(struct sbi_dclient *c);
 /* The lease the daemon counted for us at the last HELLO. */
 uint64_t sbi_dclient_accepted(struct sbi_dclient *c);
 /* The connection's generation (one more at each reconnection). */

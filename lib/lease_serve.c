@@ -118,12 +118,26 @@ static void serve_reclaim(struct sb_pool *pool, uint64_t bytes)
 	sbi_lease_give_back(pool, 0, true);
 }
 
-/* The least slack kept while growing: 8 MiB, or 3 looks' growth. */
-static size_t low_mark(const struct sb_pool *pool)
+/* n pages, but no more than a share of the machine's budget (under a
+ * small budget a fast grower must not lease it all ahead), nor less than
+ * base. */
+static size_t budget_share(struct sb_pool *pool, size_t n, size_t base,
+			   unsigned share)
 {
-	size_t low = sbi_lease_low(pool);
+	size_t cap = (size_t)(sbi_dclient_max(pool->client) / share) >>
+		     pool->page_shift;
 
-	return low > 3 * pool->lease->rate ? low : 3 * pool->lease->rate;
+	if (n > cap)
+		n = cap;
+	return n > base ? n : base;
+}
+
+/* The least slack kept while growing: 8 MiB, or 3 looks' growth (at most
+ * 1/32 of the machine's budget). */
+static size_t low_mark(struct sb_pool *pool)
+{
+	return budget_share(pool, 3 * pool->lease->rate, sbi_lease_low(pool),
+			    32);
 }
 
 /* Keep the lease a chunk ahead of a growing pool; give back the rest. */
@@ -159,9 +173,10 @@ static void maintain(struct sb_pool *pool, uint64_t now)
 	slack = have > resident ? have - resident : 0;
 	if (active && slack < low_mark(pool) && have < pool->ceiling_pages &&
 	    now >= l->refused_until_ms) {
-		chunk = sbi_lease_chunk(pool);
-		if (chunk < 6 * l->rate)
-			chunk = 6 * l->rate;
+		/* 16 MiB, or 6 looks' growth (at most 1/16 of the
+		 * machine's budget). */
+		chunk = budget_share(pool, 6 * l->rate, sbi_lease_chunk(pool),
+				     16);
 		if (chunk > pool->ceiling_pages - have)
 			chunk = pool->ceiling_pages - have;
 		r = sbi_dclient_lease(pool->client,
