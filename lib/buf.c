@@ -629,6 +629,8 @@ again:
 			return r;
 		}
 	}
+	sbi_buf_let_io_in(dst);
+	sbi_buf_let_io_in(src);
 	pthread_rwlock_rdlock(&pool->layout);
 	/* Never wait for a buffer lock while eviction holds off src: its
 	 * holder may be a fault that needs one of src's pages evicted. */

@@ -836,6 +836,11 @@ struct sb_buf {
 	 * alone meanwhile (a page read in for the share would otherwise go
 	 * straight back to disk, again and again). */
 	_Atomic unsigned sharing;
+	/* Page-in completions that found buf->lock held (they only try it,
+	 * every millisecond): a thread about to take the lock lets them in
+	 * first (sbi_buf_let_io_in), or one that takes it again and again
+	 * would keep a faulting thread waiting for its page indefinitely. */
+	_Atomic unsigned io_refused;
 	/* buf->lock: 1 + the highest page index ever shared in or out (a
 	 * bound for finding pages whose other holders let go). */
 	size_t shared_hi;
@@ -868,6 +873,9 @@ static inline struct sbi_span sbi_span_inside(const struct sb_pool *pool,
  * sb_buf_map after argument checks. Data on disk is read back (and waited
  * for when wait). Takes the layout and buffer locks. */
 long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end, bool wait);
+/* Before taking buf->lock with no buffer lock held: give page-in
+ * completions refused that lock a moment to finish (bounded). */
+void sbi_buf_let_io_in(struct sb_buf *buf);
 
 /* ---- prefetch.c: placement in the background -------------------------------*/
 
@@ -998,6 +1006,7 @@ struct sbi_io {
 	uint64_t src_pte;	/* the entry before: where the data was */
 	bool checked;
 	bool ok;
+	bool refused;		/* counted in buf->io_refused */
 	int inject;		/* test hook: fail with this -errno */
 };
 

@@ -225,9 +225,15 @@ static bool pagein_done(struct sbi_io *io)
 	if (pthread_rwlock_tryrdlock(&pool->layout) != 0)
 		return false;
 	if (pthread_mutex_trylock(&buf->lock) != 0) {
+		if (!io->refused) {
+			io->refused = true;
+			atomic_fetch_add(&buf->io_refused, 1);
+		}
 		pthread_rwlock_unlock(&pool->layout);
 		return false;
 	}
+	if (io->refused)
+		atomic_fetch_sub(&buf->io_refused, 1);
 	sbi_pool_mark_io(pool, io->pid, false);
 	if (*pte != io->pte) {
 		/* Unmapped or destroyed meanwhile: nobody wants the data,
@@ -265,6 +271,14 @@ static bool pagein_done(struct sbi_io *io)
 	sbi_io_put(d->io, io);
 	sbi_disk_signal(d);
 	return true;
+}
+
+void sbi_buf_let_io_in(struct sb_buf *buf)
+{
+	/* The completer tries again every millisecond: a few of its tries,
+	 * never more (it may be refused for another reason). */
+	for (int i = 0; i < 40 && atomic_load(&buf->io_refused); i++)
+		usleep(100);
 }
 
 /* ---- starting page-ins ---------------------------------------------------------- */

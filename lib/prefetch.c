@@ -35,7 +35,12 @@ void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end)
 		pool->pf[w] = pool->pf[r];
 		w = (w + 1) % pool->pf_cap;
 	}
-	pool->pf_tail = w;
+	if (w != pool->pf_tail) {
+		/* wait_all() sleeps on pf_cond while anything is queued; what
+		 * was just dropped will never be served (and broadcast). */
+		pool->pf_tail = w;
+		pthread_cond_broadcast(&pool->pf_cond);
+	}
 	sbi_grow_cancel(buf);
 	while (pool->pf_inflight == buf)
 		pthread_cond_wait(&pool->pf_cond, &pool->pf_lock);
