@@ -671,34 +671,30 @@ void sbi_dclient_stash_heaps(struct sbi_dclient *c, uint64_t bytes, int want)
 
 #define CACHE_WAIT_MS 2000
 
-uint64_t sbi_dclient_max(struct sbi_dclient *c)
+/* A field of c, read under its lock (the reader thread writes it). */
+static uint64_t locked(struct sbi_dclient *c, const uint64_t *field)
 {
-	uint64_t m;
+	uint64_t v;
 
 	pthread_mutex_lock(&c->lock);
-	m = c->daemon_max;
+	v = *field;
 	pthread_mutex_unlock(&c->lock);
-	return m;
+	return v;
+}
+
+uint64_t sbi_dclient_max(struct sbi_dclient *c)
+{
+	return locked(c, &c->daemon_max);
 }
 
 uint64_t sbi_dclient_accepted(struct sbi_dclient *c)
 {
-	uint64_t a;
-
-	pthread_mutex_lock(&c->lock);
-	a = c->accepted;
-	pthread_mutex_unlock(&c->lock);
-	return a;
+	return locked(c, &c->accepted);
 }
 
 uint64_t sbi_dclient_gen(struct sbi_dclient *c)
 {
-	uint64_t g;
-
-	pthread_mutex_lock(&c->lock);
-	g = c->gen;
-	pthread_mutex_unlock(&c->lock);
-	return g;
+	return locked(c, &c->gen);
 }
 
 size_t sbi_dclient_cache_page(struct sbi_dclient *c)

@@ -236,6 +236,21 @@ static struct sb_kv_config kv_config(void)
 	return c;
 }
 
+/* A client pool with a ceiling, and a cache of max bytes on it. */
+static struct sb_kv_cache *cache_client(size_t ceiling, size_t max,
+					struct sb_pool **pp)
+{
+	struct sb_kv_config cfg = kv_config();
+	struct sb_kv_cache *c;
+	int err = 0;
+
+	*pp = connect_pool(ceiling, &err);
+	CHECK(*pp);
+	c = sb_kv_cache_create(*pp, &cfg, "test-model", max, &err);
+	CHECK(c);
+	return c;
+}
+
 /* Prompt `seed`'s tokens and rows (seed 0: the shared prompt). */
 static int32_t kv_token_s(unsigned seed, size_t p)
 {
@@ -327,17 +342,13 @@ static struct sb_kv_seq *kv_compute(struct sb_pool *p, unsigned seed,
  * the shared prompt between puts (pins taken and dropped). */
 static int child_cache_churn(void)
 {
-	struct sb_kv_config cfg = kv_config();
 	unsigned seed = (unsigned)atoi(getenv("SBD_CHURN_BASE"));
 	int32_t toks[KV_TOKENS], base[KV_TOKENS];
 	struct sb_kv_cache *c;
 	struct sb_pool *p;
 	int err = 0;
 
-	p = connect_pool(256 * MiB, &err);
-	CHECK(p);
-	c = sb_kv_cache_create(p, &cfg, "test-model", 64 * MiB, &err);
-	CHECK(c);
+	c = cache_client(256 * MiB, 64 * MiB, &p);
 	for (size_t i = 0; i < KV_TOKENS; i++)
 		base[i] = kv_token(i);
 	mark("churning");
@@ -357,17 +368,12 @@ static int child_cache_churn(void)
 /* Puts prompts 1..SBD_PUT_N, one after the other, and exits. */
 static int child_cache_putn(void)
 {
-	struct sb_kv_config cfg = kv_config();
 	unsigned n = (unsigned)atoi(getenv("SBD_PUT_N"));
 	int32_t toks[KV_TOKENS];
 	struct sb_kv_cache *c;
 	struct sb_pool *p;
-	int err = 0;
 
-	p = connect_pool(64 * MiB, &err);
-	CHECK(p);
-	c = sb_kv_cache_create(p, &cfg, "test-model", 8 * MiB, &err);
-	CHECK(c);
+	c = cache_client(64 * MiB, 8 * MiB, &p);
 	for (unsigned seed = 1; seed <= n; seed++) {
 		struct sb_kv_seq *s = kv_compute(p, seed, toks);
 
@@ -383,18 +389,14 @@ static int child_cache_putn(void)
  * prompt 0 is found whole (SBD_WANT_ALL: every one is). */
 static int child_cache_verify(void)
 {
-	struct sb_kv_config cfg = kv_config();
 	unsigned max = (unsigned)atoi(getenv("SBD_CHURN_MAX"));
 	int32_t toks[KV_TOKENS];
 	struct sb_kv_cache *c;
 	struct sb_pool *p;
 	int err = 0, found = 0;
 
-	p = connect_pool(256 * MiB, &err);
-	CHECK(p);
 	/* Small: what it found it lets go of soon (a budget of 32 MiB). */
-	c = sb_kv_cache_create(p, &cfg, "test-model", 4 * MiB, &err);
-	CHECK(c);
+	c = cache_client(256 * MiB, 4 * MiB, &p);
 	for (unsigned seed = getenv("SBD_FROM1") ? 1 : 0; seed <= max;
 	     seed++) {
 		struct sb_kv_seq *s;
@@ -483,7 +485,6 @@ static bool sb_pool_is_leased_pub(struct sb_pool *p)
  * then writes a row (copy-on-write: the cache's copy is unchanged). */
 static int child_cache_get(void)
 {
-	struct sb_kv_config cfg = kv_config();
 	const char *name = getenv("SBD_CACHE_NAME");
 	int32_t toks[KV_TOKENS];
 	struct sb_kv_cache *c;
@@ -496,10 +497,7 @@ static int child_cache_get(void)
 	FILE *f;
 	int err = 0;
 
-	p = connect_pool(256 * MiB, &err);
-	CHECK(p);
-	c = sb_kv_cache_create(p, &cfg, "test-model", 64 * MiB, &err);
-	CHECK(c);
+	c = cache_client(256 * MiB, 64 * MiB, &p);
 	for (size_t i = 0; i < KV_TOKENS; i++)
 		toks[i] = kv_token(i);
 	s = sb_kv_cache_get(c, toks, KV_TOKENS, &hit, &err);
@@ -533,17 +531,12 @@ static int child_cache_get(void)
  * it then (mark "again"). */
 static int child_cache_republish(void)
 {
-	struct sb_kv_config cfg = kv_config();
 	int32_t toks[KV_TOKENS];
 	struct sb_kv_cache *c;
 	struct sb_kv_seq *s;
 	struct sb_pool *p;
-	int err = 0;
 
-	p = connect_pool(256 * MiB, &err);
-	CHECK(p);
-	c = sb_kv_cache_create(p, &cfg, "test-model", 64 * MiB, &err);
-	CHECK(c);
+	c = cache_client(256 * MiB, 64 * MiB, &p);
 	s = kv_compute(p, 0, toks);
 	CHECK_EQ(sb_kv_cache_put(c, s, toks, KV_TOKENS), KV_TOKENS);
 	mark("put");
