@@ -461,6 +461,20 @@ static int child_cache_put(void)
 	return 0;
 }
 
+/* The directory of sparsebufd (and sparsebufctl). */
+static const char *bin_dir(void)
+{
+	static char d[PATH_MAX];
+
+	if (!*d) {
+		char tmp[PATH_MAX];
+
+		snprintf(tmp, sizeof(tmp), "%s", daemon_bin);
+		snprintf(d, sizeof(d), "%s", dirname(tmp));
+	}
+	return d;
+}
+
 /* Mappings of sparsebufd's cache heaps in this process. */
 static int cache_maps(void)
 {
@@ -611,7 +625,7 @@ static void test_cache(void)
 		snprintf(cmd, sizeof(cmd),
 			 "%s/sparsebufctl -s %s cache --json | "
 			 "grep -q '\"positions\": 2048, .*\"pins\": [1-9]'",
-			 dirname(strdup(daemon_bin)), sock_path);
+			 bin_dir(), sock_path);
 		CHECK_EQ(system(cmd), 0);	/* listed, pinned */
 	}
 	kill(pid, SIGKILL);
@@ -623,7 +637,7 @@ static void test_cache(void)
 		snprintf(cmd, sizeof(cmd),
 			 "%s/sparsebufctl -s %s cache --json | "
 			 "grep -q '\"positions\": 2048, .*\"pins\": 0,'",
-			 dirname(strdup(daemon_bin)), sock_path);
+			 bin_dir(), sock_path);
 		while (system(cmd) != 0)
 			if (now_s() - t0 > 1)
 				FAIL("pins of a killed client still held "
@@ -680,7 +694,7 @@ static void test_cache(void)
 		snprintf(cmd, sizeof(cmd),
 			 "%s/sparsebufctl -s %s cache --json | "
 			 "grep -q '\"pins\": [1-9]'",
-			 dirname(strdup(daemon_bin)), sock_path);
+			 bin_dir(), sock_path);
 		CHECK(system(cmd) != 0);	/* nothing pinned */
 	}
 	/* A daemon restarted under a process holding a prompt: its pages
