@@ -795,7 +795,7 @@ int main(int argc, char **argv)
 			 client ? client : "");
 		return prompt_child(role);
 	}
-	if (client)
+	if (client && !nprompts)
 		return hold(client, mib, evictable);
 	if (!realpath("/proc/self/exe", exe))
 		abort();
