@@ -57,18 +57,22 @@ static const struct sbc_opt opts[] = {
 static int spill_file(const char *dir)
 {
 	char path[4096];
-	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600), first;
 
 	if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR &&
 			errno != EINVAL))
 		return fd >= 0 ? fd : -errno;
+	first = errno;
 	/* A file system without O_TMPFILE. */
 	if (snprintf(path, sizeof(path), "%s/sparsebufd-XXXXXX", dir) >=
 	    (int)sizeof(path))
 		return -ENAMETOOLONG;
 	fd = mkostemp(path, O_CLOEXEC);
 	if (fd < 0)
-		return -errno;
+		/* ENOENT for a directory that exists (procfs, sysfs: no
+		 * files can be made there) would mislead: say O_TMPFILE's
+		 * answer instead. */
+		return errno == ENOENT ? -first : -errno;
 	unlink(path);
 	return fd;
 }

@@ -216,6 +216,29 @@ static inline long maps_total(void)
 
 static const char *self_exe;
 
+/* A hung child, before it is killed: where each of its threads is, so a
+ * hang that happens once in fifty runs can be read from the log. The
+ * kernel's view always (wchan, /proc stack for root); gdb's backtraces when
+ * gdb is installed and allowed to attach. */
+static inline void dump_hung(pid_t pid)
+{
+	char cmd[512];
+
+	fprintf(stderr, "-- threads of hung child %d\n", (int)pid);
+	fflush(stderr);
+	snprintf(cmd, sizeof(cmd),
+		 "for t in /proc/%d/task/*; do "
+		 "echo \"  task ${t##*/} $(cat $t/comm 2>/dev/null) "
+		 "wchan=$(cat $t/wchan 2>/dev/null)\"; "
+		 "sed 's/^/    /' $t/stack 2>/dev/null | head -12; done >&2; "
+		 "command -v gdb >/dev/null && timeout 30 gdb -q -batch -p %d "
+		 "-ex 'thread apply all bt 20' </dev/null 2>&1 | "
+		 "grep -E '^(Thread|#)' >&2",
+		 (int)pid, (int)pid);
+	if (system(cmd) < 0)
+		fprintf(stderr, "dump_hung: system: %s\n", strerror(errno));
+}
+
 /* Run "self --child name" with extra environment entries (NULL-terminated
  * list, may be NULL); return its wait status, or -1 on timeout (killed).
  * With out, the child's stdout and stderr are captured there. */
@@ -277,6 +300,7 @@ static inline int run_child_env(const char *name, char *const *env_extra,
 		if (pid == 0 && (!out || pfd[0] < 0 || now_s() - t0 > timeout_s))
 			return status;
 		if (!exited && pid > 0 && now_s() - t0 > timeout_s) {
+			dump_hung(pid);
 			kill(pid, SIGKILL);
 			waitpid(pid, &status, 0);
 			if (out && pfd[0] >= 0)

@@ -7,6 +7,13 @@ timeout_s=${TEST_TIMEOUT:-600}
 logdir="$dir/logs"
 mkdir -p "$logdir"
 pass=0 fail=0 skip=0 failed=""
+# A failing test's log: the lines that say what failed (they may be far
+# from the end when a test runs several configurations), then its tail.
+show_failure() {
+	grep -n -m 20 -E 'FAIL|ERROR|Sanitizer|WARNING: ThreadSanitizer|mismatch|SIGBUS' "$1" |
+		sed 's/^/      > /'
+	tail -n 20 "$1" | sed 's/^/      /'
+}
 tests=${TESTS:-$(cd "$dir" && ls | grep '^test_' | sort)}
 for t in $tests; do
 	bin="$dir/$t"
@@ -20,7 +27,7 @@ for t in $tests; do
 	0) pass=$((pass + 1)); echo "PASS  $t (${secs}s)" ;;
 	77) skip=$((skip + 1)); echo "SKIP  $t: $(grep -m1 '^SKIP' "$log" | sed 's/^SKIP: //')" ;;
 	124|137) fail=$((fail + 1)); failed="$failed $t"; echo "FAIL  $t: timed out after ${timeout_s}s"; tail -n 20 "$log" | sed 's/^/      /' ;;
-	*) fail=$((fail + 1)); failed="$failed $t"; echo "FAIL  $t (exit $rc)"; tail -n 20 "$log" | sed 's/^/      /' ;;
+	*) fail=$((fail + 1)); failed="$failed $t"; echo "FAIL  $t (exit $rc)"; show_failure "$log" ;;
 	esac
 done
 [ -n "$failed" ] && echo "failed:$failed (logs in $logdir)"

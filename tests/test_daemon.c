@@ -1339,6 +1339,51 @@ static int child(const char *name)
 	return 2;
 }
 
+/* Hostile options: each refused at start, exit 2, with a message that
+ * names the option and the real cause. */
+static void test_bad_options(void)
+{
+	static const struct {
+		const char *args, *says;
+	} cases[] = {
+		{"--spill-dir /nonexistent-sbd", "No such file"},
+		{"--spill-dir /etc/passwd", "Not a directory"},
+		/* procfs has no O_TMPFILE and no new files: not "No such
+		 * file", which would send the user looking for a typo. */
+		{"--spill-dir /proc", "not supported"},
+		{"--max-bytes 0", "out of range"},
+		{"--max-bytes 12Q", "not a size"},
+		{"--page-size 5000", "not a power of two"},
+		{"--group no-such-group-sbd", "no such group"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char cmd[PATH_MAX + 512], out[1024];
+		size_t got;
+		FILE *f;
+		int st;
+
+		snprintf(cmd, sizeof(cmd),
+			 "%s --socket %s/bad.sock --max-bytes 64M %s "
+			 "--foreground 2>&1",
+			 daemon_bin, dir, cases[i].args);
+		f = popen(cmd, "r");
+		CHECK(f);
+		got = fread(out, 1, sizeof(out) - 1, f);
+		out[got] = 0;
+		st = pclose(f);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 ||
+		    !strstr(out, cases[i].says) ||
+		    !strstr(out, strchr(cases[i].args, ' ') + 1))
+			FAIL("sparsebufd %s: exit %d, said: %s (expected "
+			     "exit 2 and \"%s\")",
+			     cases[i].args, WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+			     out, cases[i].says);
+	}
+	printf("bad options: %zu refused with their cause\n",
+	       sizeof(cases) / sizeof(cases[0]));
+}
+
 static int main_test(void)
 {
 	char exe[PATH_MAX];
@@ -1357,6 +1402,7 @@ static int main_test(void)
 	signal(SIGPIPE, SIG_IGN);
 	atexit(kill_daemon);
 
+	test_bad_options();
 	test_cache();
 	test_cache_spill();
 	test_basic();
