@@ -18,11 +18,6 @@
 #include <sys/mman.h>
 
 
-static sbi_pid pte_pid(uint64_t pte)
-{
-	return sbi_pte_pid(pte);	/* pid + 1, or 0 */
-}
-
 
 static bool disk_used(struct sb_buf *buf)
 {
@@ -185,19 +180,19 @@ SB_API struct sb_buf *sb_buf_create(struct sb_pool *pool, size_t length,
 	return sbi_buf_create(pool, length, flags, NULL, err);
 }
 
-/* Collect the page references of [first, end) into pids (page-table form)
- * and clear those entries. Returns how many pages were placed. Every page
+/* Collect the page references of [first, end) into refs and clear those
+ * entries. Returns how many pages were placed. Every page
  * released (unmap, destroy, share over it) passes here: the one site of
  * the unmap probe, so perf counts what stats.unmaps counts. */
 static __attribute__((noinline)) size_t take_ptes(struct sb_buf *buf,
 						   size_t first, size_t end,
-						   sbi_pid *pids)
+						   sbi_ptref *refs)
 {
 	size_t placed = 0;
 
 	for (size_t i = first; i < end; i++) {
-		pids[i - first] = pte_pid(buf->pte[i]);
-		if (pids[i - first]) {
+		refs[i - first] = sbi_pte_ref(buf->pte[i]);
+		if (!sbi_ptref_none(refs[i - first])) {
 			placed++;
 			SBI_TRACE_UNMAP(buf, i);
 		}
@@ -230,14 +225,14 @@ SB_API void sb_buf_destroy(struct sb_buf *buf)
 	munmap(buf->base, buf->length);
 	if (disk_used(buf))
 		for (size_t i = 0; i < buf->disk_hi; i++)
-			if (!pte_pid(buf->pte[i]))
+			if (!sbi_pte_has_page(buf->pte[i]))
 				sbi_pte_release(buf, buf->pte[i]);
 	/* Threads stopped on a fault here would wait forever: wake them to
 	 * fault again on the now unmapped range. */
 	sbi_vma_wake_range(pool, (uintptr_t)buf->base, buf->length);
 	if (buf->nplaced) {
 		/* Release in batches: a page table can be huge and sparse. */
-		sbi_pid batch[256];
+		sbi_ptref batch[256];
 
 		for (size_t i = 0; i < buf->npages && buf->nplaced;
 		     i += 256) {
@@ -308,7 +303,7 @@ static long unmap(struct sb_buf *buf, size_t off, size_t len)
 	struct sb_pool *pool;
 	struct sbi_span sp;
 	size_t released = 0;
-	sbi_pid batch[256];
+	sbi_ptref batch[256];
 	long r;
 
 	if ((r = sbi_check_buf(buf)) < 0)
@@ -340,7 +335,7 @@ static long unmap(struct sb_buf *buf, size_t off, size_t len)
 		/* Evicted data dies with it (a read in flight gives its
 		 * slot back when it finishes). */
 		for (size_t t = i; t < j; t++)
-			if (!pte_pid(buf->pte[t]))
+			if (!sbi_pte_has_page(buf->pte[t]))
 				sbi_pte_release(buf, buf->pte[t]);
 		released += take_ptes(buf, i, j, batch);
 		/* A file's pages can always be read again. */
@@ -382,7 +377,7 @@ SB_API long sb_buf_placed(const struct sb_buf *cbuf, size_t off, size_t len)
 	sp = sbi_span_touched(buf->pool, off, len);
 	pthread_mutex_lock(&buf->lock);
 	for (size_t i = sp.first; i < sp.end; i++)
-		n += pte_pid(buf->pte[i]) != 0;
+		n += sbi_pte_has_page(buf->pte[i]);
 	pthread_mutex_unlock(&buf->lock);
 	return (long)n;
 }
@@ -393,14 +388,16 @@ long sbi_buf_sole_pages(struct sb_buf *buf, size_t first, size_t end)
 
 	pthread_mutex_lock(&buf->lock);
 	for (size_t i = first; i < end && i < buf->npages; i++) {
-		sbi_pid p = pte_pid(buf->pte[i]);
+		sbi_ptref r = sbi_pte_ref(buf->pte[i]);
+		sbi_pid p = sbi_ptref_pid(r);
 
 		/* Held by this buffer alone in this process (a page of
 		 * sparsebufd's cache counts too: what it keeps mapped here
 		 * the daemon cannot let go of). */
-		n += p && sbi_pool_refs(buf->pool, p - 1) -
-				  sbi_pid_heap(buf->pool, p - 1)->foreign ==
-			  1;
+		n += !sbi_ptref_none(r) &&
+		     sbi_pool_refs(buf->pool, p) -
+				     sbi_pid_heap(buf->pool, p)->foreign ==
+			     1;
 	}
 	pthread_mutex_unlock(&buf->lock);
 	return (long)n;
@@ -419,22 +416,23 @@ static int protect_src(struct sb_buf *src, size_t s0, size_t n)
 		uint64_t pte = src->pte[i];
 		size_t j = i + 1;
 
-		if (!pte_pid(pte) || (pte & SBI_PTE_SHARED)) {
+		if (!sbi_pte_has_page(pte) || (pte & SBI_PTE_SHARED)) {
 			i++;
 			continue;
 		}
 		if (pte & SBI_PTE_WPFAIL) {
 			/* Still shared, protected through the SIGBUS uffd:
 			 * map it afresh, protected through ours. */
-			r = sbi_vma_place_shared(src, i, 1, pte_pid(pte) - 1,
-						 pool->uffd);
+			r = sbi_vma_place_shared(
+				src, i, 1, sbi_ptref_pid(sbi_pte_ref(pte)),
+				pool->uffd);
 			if (r == 0)
 				src->pte[i] = (pte & ~SBI_PTE_WPFAIL) |
 					      SBI_PTE_SHARED;
 			i++;
 			continue;
 		}
-		while (j < s0 + n && pte_pid(src->pte[j]) &&
+		while (j < s0 + n && sbi_pte_has_page(src->pte[j]) &&
 		       !(src->pte[j] & (SBI_PTE_SHARED | SBI_PTE_WPFAIL)))
 			j++;
 		r = sbi_vma_protect(src, i, j - i, pool->uffd);
@@ -449,27 +447,31 @@ static int protect_src(struct sb_buf *src, size_t s0, size_t n)
 	return r;
 }
 
-/* Make dst's [d0, d0+n) show snap[] (page-table form, already referenced
- * for dst). Returns 0 or -errno; entries done so far stay consistent. */
+/* Make dst's [d0, d0+n) show snap[] (already referenced for dst). Returns
+ * 0 or -errno; entries done so far stay consistent. */
 static int install_dst(struct sb_buf *dst, size_t d0, size_t n,
-		       sbi_pid *snap, size_t *released)
+		       sbi_ptref *snap, size_t *released)
 {
 	struct sb_pool *pool = dst->pool;
-	sbi_pid old[256];
+	sbi_ptref old[256];
 
 	for (size_t k = 0; k < n;) {
 		size_t run = 1;
 		int r;
 
-		if (snap[k]) {
+		if (!sbi_ptref_none(snap[k])) {
+			sbi_pid p = sbi_ptref_pid(snap[k]);
+
+			/* Consecutive pages of one heap: one mapping. */
 			while (k + run < n && run < 256 &&
-			       snap[k + run] == snap[k] + run &&
-			       (snap[k + run] - 1) % pool->pages_per_heap)
+			       sbi_ptref_pid(snap[k + run]) == p + run &&
+			       (p + run) % pool->pages_per_heap)
 				run++;
-			r = sbi_vma_place_shared(dst, d0 + k, run,
-						 snap[k] - 1, pool->uffd);
+			r = sbi_vma_place_shared(dst, d0 + k, run, p,
+						 pool->uffd);
 		} else {
-			while (k + run < n && run < 256 && !snap[k + run])
+			while (k + run < n && run < 256 &&
+			       sbi_ptref_none(snap[k + run]))
 				run++;
 			r = sbi_vma_unplace(dst, d0 + k, run);
 		}
@@ -480,12 +482,12 @@ static int install_dst(struct sb_buf *dst, size_t d0, size_t n,
 		}
 		/* dst's evicted data dies, as with unmap. */
 		for (size_t t = d0 + k; t < d0 + k + run; t++)
-			if (!pte_pid(dst->pte[t]))
+			if (!sbi_pte_has_page(dst->pte[t]))
 				sbi_pte_release(dst, dst->pte[t]);
 		*released += take_ptes(dst, d0 + k, d0 + k + run, old);
 		for (size_t t = 0; t < run; t++) {
-			if (snap[k + t]) {
-				dst->pte[d0 + k + t] = snap[k + t] |
+			if (!sbi_ptref_none(snap[k + t])) {
+				dst->pte[d0 + k + t] = snap[k + t].v |
 						       SBI_PTE_SHARED |
 						       SBI_PTE_PRIVMAP;
 				dst->nplaced++;
@@ -581,7 +583,7 @@ SB_API long sb_buf_share(struct sb_buf *dst, size_t dst_off,
 	struct sb_pool *pool;
 	struct sb_buf *first, *second;
 	size_t n, d0, s0, shared = 0, released = 0;
-	sbi_pid *snap;
+	sbi_ptref *snap;
 	int tries = 0;
 	bool held_off;
 	long r;
@@ -660,8 +662,8 @@ again:
 		r = protect_src(src, s0, n);
 	if (r == 0) {
 		for (size_t k = 0; k < n; k++) {
-			snap[k] = pte_pid(src->pte[s0 + k]);
-			shared += snap[k] != 0;
+			snap[k] = sbi_pte_ref(src->pte[s0 + k]);
+			shared += !sbi_ptref_none(snap[k]);
 		}
 		sbi_pool_ref(pool, snap, n);
 		r = install_dst(dst, d0, n, snap, &released);
@@ -675,7 +677,8 @@ again:
 	return r < 0 ? r : (long)shared;
 }
 
-int sbi_buf_install(struct sb_buf *dst, size_t d0, size_t n, sbi_pid *pids)
+int sbi_buf_install(struct sb_buf *dst, size_t d0, size_t n,
+		    sbi_ptref *refs)
 {
 	struct sb_pool *pool = dst->pool;
 	size_t released = 0;
@@ -683,12 +686,12 @@ int sbi_buf_install(struct sb_buf *dst, size_t d0, size_t n, sbi_pid *pids)
 
 	if (d0 + n > dst->npages || n > dst->npages ||
 	    (dst->flags & (SB_BUF_STRICT | SBI_BUF_RO)) || !pool->can_wp) {
-		sbi_pool_put(pool, pids, n);
+		sbi_pool_put(pool, refs, n);
 		return -EINVAL;
 	}
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&dst->lock);
-	r = install_dst(dst, d0, n, pids, &released);
+	r = install_dst(dst, d0, n, refs, &released);
 	pthread_mutex_unlock(&dst->lock);
 	pthread_rwlock_unlock(&pool->layout);
 	sbi_count(&pool->n_unmaps, released);

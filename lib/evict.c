@@ -128,13 +128,13 @@ static void release(struct sb_buf *buf, const size_t *idx, size_t n,
 	sbi_pid pids[BATCH];
 
 	for (size_t k = 0; k < n; k++) {
-		pids[k] = sbi_pte_pid(buf->pte[idx[k]]) - 1;
+		pids[k] = sbi_pte_page(buf->pte[idx[k]]);
 		/* Recycled: the entry keeps the mapping, not the page. */
 		if (idx[k] >= buf->disk_hi)
 			buf->disk_hi = idx[k] + 1;
 		buf->pte[idx[k]] = SBI_PTE_DISK | SBI_PTE_KEEP |
 				   (pool->can_recycle ? 0
-						      : (uint64_t)pids[k] + 1) |
+						      : sbi_pte_placed(pids[k])) |
 				   SBI_PTE_SLOT(slots ? slots[k] + 1 : 0);
 		SBI_TRACE_EVICT(buf, idx[k]);
 	}
@@ -147,9 +147,11 @@ static void release(struct sb_buf *buf, const size_t *idx, size_t n,
 			j = run_end(idx, n, k);
 			sbi_vma_drop_ptes(buf, idx[k], j - k);
 		}
+		sbi_ptref refs[BATCH];
+
 		for (size_t k = 0; k < n; k++)
-			pids[k]++;	/* page-table form */
-		sbi_pool_put(pool, pids, n);
+			refs[k] = sbi_ptref_of(pids[k]);
+		sbi_pool_put(pool, refs, n);
 	} else {
 		/* Touches fault from here on (missing) and wait for the
 		 * buffer lock. */
@@ -167,17 +169,18 @@ static int make_private(struct sb_buf *buf, size_t idx)
 {
 	struct sb_pool *pool = buf->pool;
 	uint64_t pte = buf->pte[idx];
-	sbi_pid old = sbi_pte_pid(pte) - 1, pid;
+	sbi_pid old = sbi_pte_page(pte), pid;
 	int r;
 
 	if (sbi_pool_refs(pool, old) == 1) {
 		r = sbi_vma_place(buf, idx, 1, old, buf->flags & SBI_BUF_RO);
 		if (r == 0)
-			buf->pte[idx] = (uint64_t)old + 1;
+			buf->pte[idx] = sbi_pte_placed(old);
 		return r;
 	}
 
-	r = sbi_pool_alloc(pool, buf, 0, 1, &pid, SBI_ALLOC_OVERWRITE);
+	r = sbi_pool_alloc(pool, buf, SBI_NOPAGE, 1, &pid,
+			   SBI_ALLOC_OVERWRITE);
 	if (r < 0)
 		return r;
 	memcpy(sbi_pid_mem(pool, pid), sbi_pid_mem(pool, old),
@@ -189,11 +192,11 @@ static int make_private(struct sb_buf *buf, size_t idx)
 	 * copy, before the protection of step 1. */
 	r = sbi_vma_place(buf, idx, 1, pid, buf->flags & SBI_BUF_RO);
 	if (r < 0) {
-		sbi_pool_put(pool, &(sbi_pid){pid + 1}, 1);
+		sbi_pool_put1(pool, pid);
 		return r;
 	}
-	buf->pte[idx] = (uint64_t)pid + 1;
-	sbi_pool_put(pool, &(sbi_pid){old + 1}, 1);
+	buf->pte[idx] = sbi_pte_placed(pid);
+	sbi_pool_put1(pool, old);
 	return 0;
 }
 
@@ -245,7 +248,7 @@ static long write_pages(struct sb_buf *buf, const size_t *idx, size_t n)
 		io->write = true;
 		io->fd = d->spill_fd;
 		io->off = sbi_spill_off(d, slots[k]);
-		io->mem = sbi_pid_mem(pool, sbi_pte_pid(buf->pte[idx[k]]) - 1);
+		io->mem = sbi_pid_mem(pool, sbi_pte_page(buf->pte[idx[k]]));
 		io->len = pool->page_size;
 		io->wait = &w;
 		io->done = sbi_io_wait_done;
@@ -267,7 +270,7 @@ static long write_pages(struct sb_buf *buf, const size_t *idx, size_t n)
 	}
 	/* Written from (and checksummed through) the pool side. */
 	for (size_t k = 0; k < nio; k++)
-		sbi_pid_unmap_pool(pool, sbi_pte_pid(buf->pte[idx[k]]) - 1);
+		sbi_pid_unmap_pool(pool, sbi_pte_page(buf->pte[idx[k]]));
 	if (r < 0) {
 		/* Lift the protection (waking blocked writers): the pages
 		 * stay as they were. */
@@ -303,12 +306,12 @@ long sbi_evict_locked(struct sb_buf *buf, size_t first, size_t end)
 	for (size_t i = first; i < end; i++) {
 		uint64_t pte = buf->pte[i];
 
-		if (!sbi_pte_pid(pte))
+		if (!sbi_pte_has_page(pte))
 			continue;
 		/* A page of sparsebufd's cache (import.c) is the daemon's:
 		 * it counts in the machine's budget, not this pool's, and
 		 * nothing is freed here by writing a copy of it to disk. */
-		if (sbi_pid_heap(buf->pool, sbi_pte_pid(pte) - 1)->foreign)
+		if (sbi_pid_heap(buf->pool, sbi_pte_page(pte))->foreign)
 			continue;
 		if ((pte & (SBI_PTE_SHARED | SBI_PTE_PRIVMAP |
 			    SBI_PTE_WPFAIL)) &&
@@ -416,9 +419,9 @@ static size_t evict_or_keep(struct sb_buf *buf, const size_t *idx, size_t m,
 		return (size_t)r;
 	*failed = true;
 	for (size_t k = 0; k < m; k++)
-		if (sbi_pte_pid(buf->pte[idx[k]]))
+		if (sbi_pte_has_page(buf->pte[idx[k]]))
 			sbi_rmap_note(buf, idx[k],
-				      sbi_pte_pid(buf->pte[idx[k]]) - 1);
+				      sbi_pte_page(buf->pte[idx[k]]));
 	return 0;
 }
 
@@ -511,7 +514,8 @@ static void evict_cold(struct sb_pool *pool, size_t want, struct sb_buf *held,
 			 * only if it has one holder: a page shared in or
 			 * out whose other holders let go is mapped as a
 			 * private one first.) */
-			if (sbi_pte_pid(buf->pte[i]) != c[k].pid + 1 ||
+			if (!sbi_pte_has_page(buf->pte[i]) ||
+			    sbi_pte_page(buf->pte[i]) != c[k].pid ||
 			    (buf->pte[i] & SBI_PTE_INFLIGHT))
 				continue;
 			if ((buf->pte[i] & (SBI_PTE_SHARED | SBI_PTE_PRIVMAP |
@@ -560,15 +564,16 @@ static size_t renote_orphans(struct sb_pool *pool, struct sb_buf *held,
 			continue;
 		for (size_t i = 0; i < buf->shared_hi && i < buf->npages; i++) {
 			uint64_t pte = buf->pte[i];
-			sbi_pid p = sbi_pte_pid(pte);
+			sbi_pid p = sbi_pte_page(pte);
 
-			if (!p || (pte & SBI_PTE_INFLIGHT) ||
+			if (!sbi_pte_has_page(pte) ||
+			    (pte & SBI_PTE_INFLIGHT) ||
 			    !(pte & (SBI_PTE_SHARED | SBI_PTE_PRIVMAP |
 				     SBI_PTE_WPFAIL)))
 				continue;
-			if (sbi_pool_refs(pool, p - 1) != 1)
+			if (sbi_pool_refs(pool, p) != 1)
 				continue;
-			sbi_rmap_note(buf, i, p - 1);
+			sbi_rmap_note(buf, i, p);
 			found++;
 		}
 		if (buf != held)
@@ -610,7 +615,7 @@ static uint64_t now_ms(void)
  * busy (or being evicted by someone else) without one page going out. */
 #define STALL_MS 10000
 
-int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
+int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 	      size_t n, sbi_pid *out, unsigned flags, struct sb_buf *held,
 	      bool reg_held)
 {

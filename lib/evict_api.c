@@ -20,8 +20,8 @@ static long evict_sole_locked(struct sb_buf *buf, size_t first, size_t end)
 		size_t j = i;
 		long r;
 
-		while (j < end && sbi_pte_pid(buf->pte[j]) &&
-		       sbi_pool_refs(buf->pool, sbi_pte_pid(buf->pte[j]) - 1) ==
+		while (j < end && sbi_pte_has_page(buf->pte[j]) &&
+		       sbi_pool_refs(buf->pool, sbi_pte_page(buf->pte[j])) ==
 			       1)
 			j++;
 		if (j == i) {
@@ -115,12 +115,12 @@ SB_API long sb_buf_advise(struct sb_buf *buf, size_t off, size_t len,
 	}
 	pthread_mutex_lock(&buf->lock);
 	for (size_t i = sp.first; i < sp.end; i++) {
-		sbi_pid p = sbi_pte_pid(buf->pte[i]);
+		sbi_pid p = sbi_pte_page(buf->pte[i]);
 
-		if (!p)
+		if (!sbi_pte_has_page(buf->pte[i]))
 			continue;
-		__atomic_store_n(&sbi_pid_heap(pool, p - 1)
-					  ->rbit[sbi_pid_index(pool, p - 1)],
+		__atomic_store_n(&sbi_pid_heap(pool, p)
+					  ->rbit[sbi_pid_index(pool, p)],
 				 bit, __ATOMIC_RELAXED);
 		n++;
 	}

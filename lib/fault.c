@@ -47,7 +47,7 @@ static void service_minor_placed(struct sb_pool *pool, struct sb_buf *buf,
 {
 	(void)pool;
 	if (sbi_vma_continue(buf, idx) < 0)
-		sbi_vma_place(buf, idx, 1, sbi_pte_pid(buf->pte[idx]) - 1,
+		sbi_vma_place(buf, idx, 1, sbi_pte_page(buf->pte[idx]),
 			      buf->flags & SBI_BUF_RO);
 	sbi_vma_wake(buf, idx);
 }
@@ -56,11 +56,11 @@ static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
 			    size_t idx, bool minor)
 {
 	uint64_t *pte = &buf->pte[idx];
-	sbi_pid hint = idx ? sbi_pte_pid(pte[-1]) : 0;
+	sbi_ptref hint = idx ? sbi_pte_ref(pte[-1]) : SBI_NOPAGE;
 	sbi_pid pid;
 	int r;
 
-	if (sbi_pte_pid(*pte)) {
+	if (sbi_pte_has_page(*pte)) {
 		if (minor)
 			service_minor_placed(pool, buf, idx);
 		else
@@ -91,7 +91,7 @@ static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
 		r = sbi_vma_place(buf, idx, 1, pid, buf->flags & SBI_BUF_RO);
 		sbi_vma_fg_end(pool);
 		if (r < 0)
-			sbi_pool_put(pool, &(sbi_pid){pid + 1}, 1);
+			sbi_pool_put1(pool, pid);
 	}
 fail:
 	if (r < 0) {
@@ -100,7 +100,7 @@ fail:
 			*pte |= SBI_PTE_POISON;
 		return;
 	}
-	*pte = (uint64_t)pid + 1;
+	*pte = sbi_pte_placed(pid);
 	buf->nplaced++;
 	sbi_rmap_note(buf, idx, pid);
 	atomic_fetch_add_explicit(&pool->n_fault_places, 1,
@@ -115,7 +115,7 @@ static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
 	sbi_pid old, pid;
 	int r;
 
-	if (!sbi_pte_pid(*pte)) {
+	if (!sbi_pte_has_page(*pte)) {
 		/* Evicted meanwhile: the retry faults as missing. */
 		sbi_vma_wake(buf, idx);
 		return;
@@ -135,7 +135,7 @@ static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
 			sbi_vma_wake(buf, idx);
 		return;
 	}
-	old = sbi_pte_pid(*pte) - 1;
+	old = sbi_pte_page(*pte);
 	if (sbi_pool_refs(pool, old) == 1) {
 		/* The other holders let go: the page is ours alone. A private
 		 * mapping must become a shared one again, or the kernel would
@@ -153,8 +153,8 @@ static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
 	}
 	/* Continue the buffer's own run if the previous page is private. */
 	r = sbi_alloc(pool, buf,
-		      idx && !(pte[-1] & SBI_PTE_SHARED) ? sbi_pte_pid(pte[-1])
-							  : 0,
+		      idx && !(pte[-1] & SBI_PTE_SHARED) ? sbi_pte_ref(pte[-1])
+							  : SBI_NOPAGE,
 		      1, &pid, SBI_ALLOC_OVERWRITE, buf, true);
 	if (r == 0) {
 		memcpy(sbi_pid_mem(pool, pid), sbi_pid_mem(pool, old),
@@ -164,7 +164,7 @@ static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
 
 		r = sbi_vma_place(buf, idx, 1, pid, false);
 		if (r < 0)
-			sbi_pool_put(pool, &(sbi_pid){pid + 1}, 1);
+			sbi_pool_put1(pool, pid);
 	}
 	if (r < 0) {
 		sbi_sigbus_note(buf, idx, r, "copy-on-write");
@@ -173,9 +173,9 @@ static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
 			       SBI_PTE_PRIVMAP;
 		return;
 	}
-	*pte = (uint64_t)pid + 1;
+	*pte = sbi_pte_placed(pid);
 	sbi_rmap_note(buf, idx, pid);
-	sbi_pool_put(pool, &(sbi_pid){old + 1}, 1);
+	sbi_pool_put1(pool, old);
 	atomic_fetch_add_explicit(&pool->n_cow, 1, memory_order_relaxed);
 	SBI_TRACE_COW(buf, idx);
 	sbi_vma_wake(buf, idx);

@@ -47,7 +47,7 @@ void sbi_grow_note(struct sb_buf *buf, size_t idx)
 	uint64_t now;
 
 	if (!idx || idx + 1 >= buf->npages || !grow_watchable(buf) ||
-	    !sbi_pte_pid(buf->pte[idx - 1]))
+	    !sbi_pte_has_page(buf->pte[idx - 1]))
 		return;
 	now = grow_now_ms();
 	pthread_mutex_lock(&pool->pf_lock);

@@ -44,9 +44,9 @@ static struct sbi_grow serve_one(struct sb_pool *pool, struct sbi_grow g,
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
 
-	if (!sbi_pte_pid(pte))
+	if (!sbi_pte_has_page(pte))
 		return (struct sbi_grow){0};	/* released, poisoned */
-	if (!entered(pool, sbi_pte_pid(pte) - 1)) {
+	if (!entered(pool, sbi_pte_page(pte))) {
 		/* since_ms may be later than now (noted meanwhile). */
 		g.due_ms = now + grow_poll_ms(now > g.since_ms ? now - g.since_ms : 0);
 		return g;

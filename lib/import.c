@@ -100,7 +100,7 @@ static int import_heap(struct sb_pool *pool, uint64_t gen, uint32_t id)
 }
 
 int sbi_import_refs(struct sb_pool *pool, uint64_t gen, const uint64_t *refs,
-		    size_t n, sbi_pid *out)
+		    size_t n, sbi_ptref *out)
 {
 	int r = 0, tries = 0;
 
@@ -142,7 +142,8 @@ again:
 			if (!h->refs[i]++)
 				h->nheld++;
 			h->owner[i]++;	/* this pin */
-			out[k] = h->slot * pool->pages_per_heap + i + 1;
+			out[k] = sbi_ptref_of(h->slot * pool->pages_per_heap +
+					      i);
 		}
 	}
 	pthread_mutex_unlock(&pool->lock);

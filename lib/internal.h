@@ -341,9 +341,39 @@ void sbi_heap_punch(struct sbi_heap *heap, uint32_t idx, uint32_t n,
 
 /* ---- pool.c ----------------------------------------------------------------*/
 
-/* A page id names a page of the pool: slot * pages_per_heap + index. In a
- * buffer's page table it is stored plus one, so that 0 means "no page". */
+/* A page id names a page of the pool: slot * pages_per_heap + index. */
 typedef uint32_t sbi_pid;
+
+/* A page reference: the form a buffer's page table stores, the page id
+ * plus one, so that 0 means "no page". A struct, so that the compiler
+ * tells it from a page id: passing one for the other does not build. */
+typedef struct {
+	uint32_t v;
+} sbi_ptref;
+
+#define SBI_NOPAGE ((sbi_ptref){0})
+
+static inline sbi_ptref sbi_ptref_of(sbi_pid pid)
+{
+	return (sbi_ptref){pid + 1};
+}
+
+static inline bool sbi_ptref_none(sbi_ptref r)
+{
+	return r.v == 0;
+}
+
+/* The page id of a reference that names a page. */
+static inline sbi_pid sbi_ptref_pid(sbi_ptref r)
+{
+	return r.v - 1;
+}
+
+/* A page-table entry that says: page pid is placed here. */
+static inline uint64_t sbi_pte_placed(sbi_pid pid)
+{
+	return (uint64_t)pid + 1;
+}
 
 struct sbi_reg {
 	uintptr_t start, end;
@@ -540,13 +570,13 @@ void sbi_process_fork_hooks(const struct sbi_fork_hooks *hooks);
 void sbi_process_add_pool(struct sb_pool *pool);
 void sbi_process_remove_pool(struct sb_pool *pool);
 
-/* Take n pages for buf, continuing the heap run after hint1 (the pid + 1
- * of the buffer's previous page, or 0). out[] receives plain pids of pages
+/* Take n pages for buf, continuing the heap run after hint (the buffer's
+ * previous page, or SBI_NOPAGE). out[] receives plain pids of pages
  * that are zeroed, backed and referenced once. All or nothing: -EDQUOT
  * when the budget says no (never returned by the API: sbi_alloc makes it
  * -ENOMEM once eviction cannot help), -ENOMEM (or another -errno) when the
  * kernel does. */
-int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
+int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint,
 		   size_t n, sbi_pid *out, unsigned flags);
 /* sbi_pool_alloc flags. OVERWRITE: the caller writes every byte of the
  * pages (a read from disk, a copy), so a free page's old contents may stay
@@ -567,11 +597,12 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
  * (-EDQUOT) rather than break the buffer's run of heap pages (which would
  * cost a mapping). Set by sbi_alloc once the daemon said no. */
 #define SBI_ALLOC_LEASED (1u << 3)
-/* Add / drop one reference to each page. These take page-table form (pid
- * + 1, entries of 0 skipped). A page whose last reference goes returns to
- * the pool. */
-void sbi_pool_ref(struct sb_pool *pool, const sbi_pid *pids, size_t n);
-void sbi_pool_put(struct sb_pool *pool, const sbi_pid *pids, size_t n);
+/* Add / drop one reference to each page (SBI_NOPAGE entries skipped). A
+ * page whose last reference goes returns to the pool. */
+void sbi_pool_ref(struct sb_pool *pool, const sbi_ptref *refs, size_t n);
+void sbi_pool_put(struct sb_pool *pool, const sbi_ptref *refs, size_t n);
+/* The same for one page. */
+void sbi_pool_put1(struct sb_pool *pool, sbi_pid pid);
 uint32_t sbi_pool_refs(struct sb_pool *pool, sbi_pid p);
 /* Eviction (plain pids): punch the memory of USED pages, then make them
  * EVICTED; and give EVICTED pages back to the pool (free, unbacked). */
@@ -596,12 +627,11 @@ int sbi_pool_add_foreign(struct sb_pool *pool, struct sbi_heap *h);
 /* ---- import.c: pages of sparsebufd's machine-wide cache -------------------*/
 
 /* The pages refs[n] the daemon pinned for this pool on connection gen,
- * as pool pages: out[] in page-table form (pid + 1), each referenced once
- * for the caller, who installs them in buffers (sbi_buf_install) or puts
+ * as pool pages: out[], each referenced once for the caller, who installs them in buffers (sbi_buf_install) or puts
  * them. Imports the heaps it has not seen (round trips: no lock held).
  * On failure every pin goes back. 0 or -errno. */
 int sbi_import_refs(struct sb_pool *pool, uint64_t gen, const uint64_t *refs,
-		    size_t n, sbi_pid *out);
+		    size_t n, sbi_ptref *out);
 
 /* Record the calling thread's CPU: the ready thread keeps off it. The
  * library's own threads (marked with sbi_thread_internal) are never
@@ -628,12 +658,13 @@ void sbi_pool_drop_run(struct sb_pool *pool, struct sb_buf *buf);
 /* Look up the buffer that owns addr; the caller holds reg_lock. */
 struct sb_buf *sbi_pool_lookup(struct sb_pool *pool, uintptr_t addr);
 struct sbi_src;
-/* Make dst's pages [d0, d0+n) show pids[] (page-table form, each already
- * referenced for dst; 0: no page), shared: mapped MAP_PRIVATE and
+/* Make dst's pages [d0, d0+n) show refs[] (each already referenced for
+ * dst; SBI_NOPAGE: no page), shared: mapped MAP_PRIVATE and
  * write-protected, copied on their first write, as sb_buf_share's
  * destination. What dst had there is released. 0 or -errno (the
  * references of pages not installed are put). */
-int sbi_buf_install(struct sb_buf *dst, size_t d0, size_t n, sbi_pid *pids);
+int sbi_buf_install(struct sb_buf *dst, size_t d0, size_t n,
+		    sbi_ptref *refs);
 /* sb_buf_create with internal flags and a source of pages. */
 struct sb_buf *sbi_buf_create(struct sb_pool *pool, size_t length,
 			      unsigned flags, struct sbi_src *src, int *err);
@@ -773,17 +804,30 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready);
 /* Internal buffer flags (beside the public SB_BUF_*). */
 #define SBI_BUF_RO (1u << 30)		/* read-only: a file's pages */
 
-/* pid + 1 of a placed page, 0 when nothing is placed. */
-static inline sbi_pid sbi_pte_pid(uint64_t pte)
+/* The page placed, SBI_NOPAGE when nothing is placed. */
+static inline sbi_ptref sbi_pte_ref(uint64_t pte)
 {
-	return pte & (SBI_PTE_DISK | SBI_PTE_KEEP) ? 0
-						   : (sbi_pid)(pte & SBI_PTE_PID);
+	return pte & (SBI_PTE_DISK | SBI_PTE_KEEP)
+		       ? SBI_NOPAGE
+		       : (sbi_ptref){(uint32_t)(pte & SBI_PTE_PID)};
 }
 
-/* pid + 1 of the EVICTED page a KEEP entry holds, else 0. */
-static inline sbi_pid sbi_pte_kept(uint64_t pte)
+static inline bool sbi_pte_has_page(uint64_t pte)
 {
-	return pte & SBI_PTE_KEEP ? (sbi_pid)(pte & SBI_PTE_PID) : 0;
+	return !sbi_ptref_none(sbi_pte_ref(pte));
+}
+
+/* The page id of an entry that holds a placed page. */
+static inline sbi_pid sbi_pte_page(uint64_t pte)
+{
+	return sbi_ptref_pid(sbi_pte_ref(pte));
+}
+
+/* The EVICTED page a KEEP entry holds, else SBI_NOPAGE. */
+static inline sbi_ptref sbi_pte_kept(uint64_t pte)
+{
+	return pte & SBI_PTE_KEEP ? (sbi_ptref){(uint32_t)(pte & SBI_PTE_PID)}
+				  : SBI_NOPAGE;
 }
 
 /* Spill slot + 1 of a DISK entry, 0 for the buffer's file. */
@@ -1105,7 +1149,7 @@ void sbi_rmap_note(struct sb_buf *buf, size_t idx, sbi_pid pid);
  * buffers and retries; -ENOMEM when nothing more can be evicted. held: the
  * buffer whose lock the caller holds (or NULL); reg_held: the caller holds
  * reg_lock (read). */
-int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
+int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint,
 	      size_t n, sbi_pid *out, unsigned flags, struct sb_buf *held,
 	      bool reg_held);
 /* Evict the placed pages of [first, end); buf->lock held. */

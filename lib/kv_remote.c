@@ -30,18 +30,18 @@ static size_t block_pages(const struct sb_kv_seq *store, size_t per)
 	return store->nregions * per;
 }
 
-/* Install pids (referenced) in the store slot starting at page p0 of
+/* Install refs (referenced) in the store slot starting at page p0 of
  * every region. */
 static int install(struct sb_kv_seq *store, size_t p0, size_t per,
-		   sbi_pid *pids)
+		   sbi_ptref *refs)
 {
 	for (size_t g = 0; g < store->nregions; g++) {
 		int r = sbi_buf_install(store->buf[g], p0, per,
-					pids + g * per);
+					refs + g * per);
 
 		if (r < 0) {
 			/* The regions not reached: their references go. */
-			sbi_pool_put(store->pool, pids + (g + 1) * per,
+			sbi_pool_put(store->pool, refs + (g + 1) * per,
 				     (store->nregions - g - 1) * per);
 			return r;
 		}
@@ -65,7 +65,7 @@ int sbi_kvr_publish(struct sb_kv_seq *store, size_t p0, size_t per,
 	struct sb_pool *pool = store->pool;
 	size_t n = block_pages(store, per);
 	uint64_t *refs = malloc(n * sizeof(*refs)), gen = 0;
-	sbi_pid *pids = malloc(n * sizeof(*pids));
+	sbi_ptref *pids = malloc(n * sizeof(*pids));
 	int r;
 
 	if (!refs || !pids) {
@@ -91,7 +91,7 @@ int sbi_kvr_publish(struct sb_kv_seq *store, size_t p0, size_t per,
 				  p0 * pool->page_size;
 
 		for (size_t k = 0; k < per; k++) {
-			sbi_pid p = pids[g * per + k] - 1;
+			sbi_pid p = sbi_ptref_pid(pids[g * per + k]);
 
 			/* Rows the slot does not hold (never happens for a
 			 * complete block) read as zeros: a copy of them. */
@@ -120,7 +120,7 @@ int sbi_kvr_fetch(struct sb_kv_seq *store, size_t p0, size_t per,
 	struct sb_pool *pool = store->pool;
 	size_t n = block_pages(store, per);
 	uint64_t *refs = malloc(n * sizeof(*refs)), gen = 0;
-	sbi_pid *pids = malloc(n * sizeof(*pids));
+	sbi_ptref *pids = malloc(n * sizeof(*pids));
 	int32_t *got = malloc(ntok * sizeof(*got));
 	int r;
 

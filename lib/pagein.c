@@ -153,14 +153,14 @@ void sbi_pte_release(struct sb_buf *buf, uint64_t pte)
 {
 	struct sb_pool *pool = buf->pool;
 	uint32_t slot1 = sbi_pte_slot1(pte);
-	sbi_pid kept = sbi_pte_kept(pte);
+	sbi_ptref kept = sbi_pte_kept(pte);
 
 	if (pte & SBI_PTE_INFLIGHT)
 		return;	/* the request gives them back when it finishes */
 	if ((pte & SBI_PTE_DISK) && slot1)
 		sbi_spill_free(pool->disk, &(uint32_t){slot1 - 1}, 1);
-	if (kept)
-		sbi_pool_drop_evicted(pool, &(sbi_pid){kept - 1}, 1);
+	if (!sbi_ptref_none(kept))
+		sbi_pool_drop_evicted(pool, &(sbi_pid){sbi_ptref_pid(kept)}, 1);
 }
 
 /* Make the touch of page idx raise SIGBUS. A page evicted in place (KEEP)
@@ -198,8 +198,8 @@ static bool pagein_done(struct sbi_io *io)
 	struct sbi_disk *d = pool->disk;
 	uint64_t *pte = &buf->pte[io->idx];
 	uint32_t slot1 = sbi_pte_slot1(io->src_pte);
-	sbi_pid kept = sbi_pte_kept(io->src_pte);
-	bool drop_slot = slot1 != 0, drop_kept = kept != 0;
+	sbi_ptref kept = sbi_pte_kept(io->src_pte);
+	bool drop_slot = slot1 != 0, drop_kept = !sbi_ptref_none(kept);
 
 	if (!io->checked) {
 		int r;
@@ -238,14 +238,14 @@ static bool pagein_done(struct sbi_io *io)
 	if (*pte != io->pte) {
 		/* Unmapped or destroyed meanwhile: nobody wants the data,
 		 * and what the entry held is ours to give back. */
-		sbi_pool_put(pool, &(sbi_pid){io->pid + 1}, 1);
+		sbi_pool_put1(pool, io->pid);
 	} else if (io->ok && map_in(buf, io) == 0) {
-		*pte = (uint64_t)io->pid + 1;
+		*pte = sbi_pte_placed(io->pid);
 		buf->nplaced++;
 		sbi_rmap_note(buf, io->idx, io->pid);
 		SBI_TRACE_PAGEIN(buf, io->idx);
 	} else {
-		sbi_pool_put(pool, &(sbi_pid){io->pid + 1}, 1);
+		sbi_pool_put1(pool, io->pid);
 		sbi_count(&pool->n_sigbus, 1);
 		if (io->ok) {
 			/* Read but not mappable (vm.max_map_count): the data
@@ -263,7 +263,7 @@ static bool pagein_done(struct sbi_io *io)
 	if (drop_slot)
 		sbi_spill_free(d, &(uint32_t){slot1 - 1}, 1);
 	if (drop_kept)
-		sbi_pool_drop_evicted(pool, &(sbi_pid){kept - 1}, 1);
+		sbi_pool_drop_evicted(pool, &(sbi_pid){sbi_ptref_pid(kept)}, 1);
 	sbi_vma_wake(buf, io->idx);
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
@@ -289,7 +289,7 @@ int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
 	struct sb_pool *pool = buf->pool;
 	struct sbi_disk *d = pool->disk;
 	uint64_t old = buf->pte[idx];
-	sbi_pid hint = idx ? sbi_pte_pid(buf->pte[idx - 1]) : 0;
+	sbi_ptref hint = idx ? sbi_pte_ref(buf->pte[idx - 1]) : SBI_NOPAGE;
 	struct sbi_io *io;
 	sbi_pid pid;
 	int r;
@@ -334,7 +334,8 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 	size_t n = 0, win = 1, end;
 	uint64_t prev = idx ? buf->pte[idx - 1] : 0;
 	bool seq = idx == buf->ra_next ||
-		   (idx && (sbi_pte_pid(prev) || (prev & SBI_PTE_INFLIGHT)));
+		   (idx && (sbi_pte_has_page(prev) ||
+			    (prev & SBI_PTE_INFLIGHT)));
 
 	if (seq) {
 		size_t lo = RA_MIN_BYTES >> pool->page_shift;

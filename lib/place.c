@@ -21,16 +21,18 @@ struct run {
 	sbi_pid pid;
 };
 
-static sbi_pid pte_pid(uint64_t pte)
-{
-	return sbi_pte_pid(pte);	/* pid + 1, or 0 */
-}
+/* A stretch of unplaced pages, and the page placed before it (whose heap
+ * run the new pages continue), or SBI_NOPAGE. */
+struct seg {
+	size_t idx, n;
+	sbi_ptref after;
+};
 
 /* Nothing there: no page, no data on disk, no failed read. A page
  * poisoned by a failed zero-fill counts as empty (a map places one). */
 static bool empty(uint64_t pte)
 {
-	return !pte_pid(pte) &&
+	return !sbi_pte_has_page(pte) &&
 	       !(pte & (SBI_PTE_DISK | SBI_PTE_IOERR | SBI_PTE_KEEP));
 }
 
@@ -82,7 +84,8 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 {
 	struct sb_pool *pool = buf->pool;
 	size_t n = 0, k = 0, nsegs = 0, kept, nruns, done = 0, nin = 0;
-	struct run *runs = NULL, *segs = NULL;
+	struct run *runs = NULL;
+	struct seg *segs = NULL;
 	size_t *idx = NULL;
 	sbi_pid *pids = NULL;
 	long r = 0;
@@ -102,8 +105,8 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 		n += empty(buf->pte[i]);
 		if (buf->pte[i] & SBI_PTE_IOERR)
 			r = -EIO;
-		else if (pte_pid(buf->pte[i]))	/* named again: in use */
-			sbi_rmap_note(buf, i, pte_pid(buf->pte[i]) - 1);
+		else if (sbi_pte_has_page(buf->pte[i]))	/* named again */
+			sbi_rmap_note(buf, i, sbi_pte_page(buf->pte[i]));
 	}
 	if (r < 0)
 		n = 0;
@@ -118,7 +121,7 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 		n = 0;
 	}
 	/* Each stretch of unplaced pages continues the heap run of the page
-	 * before it (its pid + 1 goes in the segment's pid field). */
+	 * before it. */
 	for (size_t i = first; i < end && n;) {
 		size_t j = i;
 
@@ -128,8 +131,9 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 		}
 		while (j < end && empty(buf->pte[j]))
 			idx[k++] = j++;
-		segs[nsegs++] = (struct run){i, j - i,
-					     i ? pte_pid(buf->pte[i - 1]) : 0};
+		segs[nsegs++] = (struct seg){
+			i, j - i,
+			i ? sbi_pte_ref(buf->pte[i - 1]) : SBI_NOPAGE};
 		i = j;
 	}
 	pthread_mutex_unlock(&buf->lock);
@@ -142,7 +146,7 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 	for (size_t sg = 0, got = 0; sg < nsegs; got += segs[sg++].n) {
 		/* A prefetch served in the background (!wait) is advice:
 		 * at the budget it does not wait for busy buffers. */
-		r = sbi_alloc(pool, buf, segs[sg].pid, segs[sg].n, pids + got,
+		r = sbi_alloc(pool, buf, segs[sg].after, segs[sg].n, pids + got,
 			      wait ? 0 : SBI_ALLOC_NOWAIT, NULL, false);
 		if (r < 0) {
 			n = got;	/* what to give back */
@@ -155,7 +159,7 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 	kept = 0;
 	for (k = 0; k < n; k++) {
 		if (!empty(buf->pte[idx[k]])) {
-			sbi_pool_put(pool, &(sbi_pid){pids[k] + 1}, 1);
+			sbi_pool_put1(pool, pids[k]);
 			continue;
 		}
 		idx[kept] = idx[k];
@@ -179,7 +183,8 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 		goto out_unplace;
 	for (size_t t = 0; t < nruns; t++)
 		for (size_t i = 0; i < runs[t].n; i++) {
-			buf->pte[runs[t].idx + i] = (uint64_t)runs[t].pid + i + 1;
+			buf->pte[runs[t].idx + i] =
+				sbi_pte_placed(runs[t].pid + (sbi_pid)i);
 			sbi_rmap_note(buf, runs[t].idx + i, runs[t].pid + i);
 			SBI_TRACE_MAP(buf, runs[t].idx + i);
 		}
@@ -198,8 +203,7 @@ out_unplace:
 	pthread_mutex_unlock(&buf->lock);
 out_put:
 	for (k = 0; k < n; k++)
-		pids[k]++;	/* page-table form for sbi_pool_put */
-	sbi_pool_put(pool, pids, n);
+		sbi_pool_put1(pool, pids[k]);
 out_unlocked:
 	pthread_rwlock_unlock(&pool->layout);
 	free(pids);

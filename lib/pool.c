@@ -469,12 +469,12 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 	}
 }
 
-int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_pid hint1,
+int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 		   size_t n, sbi_pid *out, unsigned flags)
 {
 	uint8_t prep_small[64], *prep = prep_small;
-	sbi_pid hint = hint1 ? hint1 - 1 : 0;
-	bool have_hint = hint1 != 0;
+	bool have_hint = !sbi_ptref_none(hint1);
+	sbi_pid hint = have_hint ? sbi_ptref_pid(hint1) : 0;
 	size_t got = 0, misses = 0;
 	int r = 0;
 
@@ -586,14 +586,15 @@ out:
 	return r;
 }
 
-void sbi_pool_ref(struct sb_pool *pool, const sbi_pid *pids, size_t n)
+void sbi_pool_ref(struct sb_pool *pool, const sbi_ptref *refs, size_t n)
 {
 	pthread_mutex_lock(&pool->lock);
 	for (size_t k = 0; k < n; k++)
-		if (pids[k]) {
-			struct sbi_heap *h = sbi_pid_heap(pool, pids[k] - 1);
+		if (!sbi_ptref_none(refs[k])) {
+			sbi_pid pid = sbi_ptref_pid(refs[k]);
+			struct sbi_heap *h = sbi_pid_heap(pool, pid);
 
-			if (!h->refs[sbi_pid_index(pool, pids[k] - 1)]++ &&
+			if (!h->refs[sbi_pid_index(pool, pid)]++ &&
 			    h->foreign)
 				h->nheld++;
 		}
@@ -613,8 +614,7 @@ static bool drop_foreign(struct sb_pool *pool, struct sbi_heap *h)
 	return true;
 }
 
-/* pids are stored plus one (page-table form); 0 entries are skipped. */
-void sbi_pool_put(struct sb_pool *pool, const sbi_pid *pids, size_t n)
+void sbi_pool_put(struct sb_pool *pool, const sbi_ptref *refs, size_t n)
 {
 	struct sbi_heap *gone[8];
 	size_t ngone = 0;
@@ -625,10 +625,10 @@ void sbi_pool_put(struct sb_pool *pool, const sbi_pid *pids, size_t n)
 		struct sbi_heap *h;
 		uint32_t i;
 
-		if (!pids[k])
+		if (sbi_ptref_none(refs[k]))
 			continue;
-		h = sbi_pid_heap(pool, pids[k] - 1);
-		i = sbi_pid_index(pool, pids[k] - 1);
+		h = sbi_pid_heap(pool, sbi_ptref_pid(refs[k]));
+		i = sbi_pid_index(pool, sbi_ptref_pid(refs[k]));
 		if (--h->refs[i])
 			continue;
 		if (h->foreign) {
@@ -662,6 +662,13 @@ void sbi_pool_put(struct sb_pool *pool, const sbi_pid *pids, size_t n)
 	pthread_mutex_unlock(&pool->lock);
 	while (ngone)
 		sbi_heap_destroy(&pool->source, gone[--ngone], pool->page_size);
+}
+
+void sbi_pool_put1(struct sb_pool *pool, sbi_pid pid)
+{
+	sbi_ptref r = sbi_ptref_of(pid);
+
+	sbi_pool_put(pool, &r, 1);
 }
 
 void sbi_pool_evicted(struct sb_pool *pool, const sbi_pid *pids, size_t n)

@@ -57,7 +57,7 @@ static long count_placed(struct sb_buf *buf, size_t first, size_t end)
 		return 0;
 	for (size_t i = first; i < end; i++)
 		/* Placed, or on disk (a read was just queued for it). */
-		n += sbi_pte_pid(buf->pte[i]) || (buf->pte[i] & SBI_PTE_DISK);
+		n += sbi_pte_has_page(buf->pte[i]) || (buf->pte[i] & SBI_PTE_DISK);
 	pthread_mutex_unlock(&buf->lock);
 	return n;
 }

@@ -103,15 +103,14 @@ static int save_batch(struct saver *sv, size_t i, size_t end)
 
 	for (size_t k = i; k < end && r == 0; k++) {
 		uint64_t pte = buf->pte[k];
-		sbi_pid p = sbi_pte_pid(pte);
 		char *mem;
 
 		if (pte & SBI_PTE_IOERR) {
 			r = -EIO;
 			break;
 		}
-		if (p) {
-			mem = sbi_pid_mem(pool, p - 1);
+		if (sbi_pte_has_page(pte)) {
+			mem = sbi_pid_mem(pool, sbi_pte_page(pte));
 		} else if (pte & SBI_PTE_DISK) {
 			mem = sv->bounce + (k - i) * ps;
 			r = sbi_pagein_read_sync(buf, k, mem);
@@ -194,9 +193,9 @@ static int save_data(struct saver *sv, struct sbi_disk *d, size_t first,
 		r = save_batch(sv, i, e);
 		/* Read through the pool side: leave it without entries. */
 		for (size_t k = i; k < e; k++)
-			if (sbi_pte_pid(buf->pte[k]))
+			if (sbi_pte_has_page(buf->pte[k]))
 				sbi_pid_unmap_pool(pool,
-						   sbi_pte_pid(buf->pte[k]) - 1);
+						   sbi_pte_page(buf->pte[k]));
 	}
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);

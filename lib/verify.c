@@ -88,17 +88,18 @@ static int check_refs(struct sb_pool *pool, char *why, size_t len)
 		for (size_t i = 0; i < buf->npages && !r; i++) {
 			uint64_t pte = buf->pte[i];
 			/* Placed, or an evicted page kept mapped. */
-			sbi_pid p = (sbi_pid)(pte & SBI_PTE_PID);
+			sbi_ptref ref = {(uint32_t)(pte & SBI_PTE_PID)};
+			sbi_pid p = sbi_ptref_pid(ref);
 
-			if (!p)
+			if (sbi_ptref_none(ref))
 				continue;
-			placed += sbi_pte_pid(pte) != 0;
-			if (p - 1 >= npids || !pool->heaps[(p - 1) /
-						  pool->pages_per_heap])
+			placed += sbi_pte_has_page(pte);
+			if (p >= npids ||
+			    !pool->heaps[p / pool->pages_per_heap])
 				r = BAD("buffer %u page %zu: no pool page %u",
-					buf->id, i, p - 1);
+					buf->id, i, p);
 			else
-				count[p - 1]++;
+				count[p]++;
 		}
 		if (!r && placed != buf->nplaced)
 			r = BAD("buffer %u: %zu pages placed, nplaced %zu",

@@ -94,10 +94,13 @@ deps-fuzz:
 FUZZ_SUBMAKE = $(MAKE) --no-print-directory CC=$(FUZZ_CC) SAN=asan \
 	BUILD=$(FUZZ_BUILD) CFLAGS=-fsanitize=fuzzer-no-link FUZZ_CLANG=1
 
-fuzz: deps-fuzz
-	@+$(FUZZ_SUBMAKE) fuzz-bin
+fuzz: fuzz-build
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) \
 		tests/fuzz/run.sh $(FUZZ_BUILD)/fuzz
+
+# The harnesses alone (.ci/run builds them while another suite runs).
+fuzz-build: deps-fuzz
+	@+$(FUZZ_SUBMAKE) fuzz-bin
 
 fuzz-seeds: deps-fuzz
 	@+$(FUZZ_SUBMAKE) $(FUZZ_BUILD)/fuzz/mkseeds
@@ -113,7 +116,7 @@ clean: clean-fuzz
 clean-fuzz:
 	rm -rf $(FUZZ_BUILD) $(FUZZ_BUILD)-replay
 
-.PHONY: fuzz fuzz-bin fuzz-seeds clean-fuzz fuzz-replay fuzz-replay-bin \
+.PHONY: fuzz fuzz-build fuzz-bin fuzz-seeds clean-fuzz fuzz-replay fuzz-replay-bin \
 	deps-fuzz
 
 .DEFAULT_GOAL := $(FUZZ_GOAL)
