@@ -38,6 +38,8 @@
  * ones; median, p99 = the worst of these few, and the spread), bytes read
  * and written, memory at the end (dense bytes for a, peak for b; the
  * pool's pages in use, its resident bytes and the process's RSS for c).
+ * The memory and the times to first token also go to DIR/sessions.dat,
+ * and with gnuplot to a chart, DIR/sessions.png (bench/sessions.gp).
  * Targets, each miss counted in the exit status:
  *   1 c holds the prompt's pages once: pool bytes in use <= the prompt +
  *     the conversations' own pages + 16 MiB
@@ -607,6 +609,38 @@ static void parse(int argc, char **argv)
 	}
 }
 
+/* The memory and the times to first token as a chart (bench/sessions.gp)
+ * beside the files, when gnuplot is there. */
+static void chart(size_t mem_a, size_t mem_b, size_t mem_c, struct times *fa,
+		  struct times *la, struct times *fb, struct times *lb,
+		  struct times *fc, struct times *lc)
+{
+	char path[1024], cmd[1200];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/sessions.dat", dir);
+	f = fopen(path, "w");
+	if (!f)
+		return;
+	fprintf(f, "# way memory_MiB first_turn_ms resumed_ms\n");
+	/* A way with no resumed turns (--turns 1) gets a bar of 0: none. */
+	fprintf(f, "a %.1f %.3f %.3f\n", mem_a / 1048576.0, med_of(fa),
+		med_of(la));
+	fprintf(f, "b %.1f %.3f %.3f\n", mem_b / 1048576.0, med_of(fb),
+		med_of(lb));
+	fprintf(f, "c %.1f %.3f %.3f\n", mem_c / 1048576.0, med_of(fc),
+		med_of(lc));
+	fclose(f);
+	snprintf(cmd, sizeof(cmd),
+		 "command -v gnuplot >/dev/null && "
+		 "gnuplot -e \"dir='%s'\" bench/sessions.gp 2>/dev/null",
+		 dir);
+	if (system(cmd) == 0)
+		printf("\nchart: %s/sessions.png\n", dir);
+	else
+		printf("\nchart: gnuplot not installed (data in %s)\n", path);
+}
+
 static const char *verdict(bool ok)
 {
 	return ok ? "PASS" : "FAIL";
@@ -678,6 +712,8 @@ int main(int argc, char **argv)
 	       dense_bytes >> 20, peak_b >> 20, c.in_use >> 20, c.resident >> 20,
 	       c.pss_kib >> 10, c.rss_kib >> 10, c.prompt_bytes >> 20,
 	       c.own_bytes >> 20);
+
+	chart(dense_bytes, peak_b, c.in_use, &fa, &la, &fb, &lb, &fc, &lc);
 
 	printf("\ntargets\n");
 	ok = c.in_use <= c.prompt_bytes + c.own_bytes + ((size_t)16 << 20) &&

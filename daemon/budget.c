@@ -24,7 +24,7 @@
 
 #define PARK_MS 3000		/* a lease request waits at most this long */
 #define RECLAIM_RETRY_MS 1000	/* ask a client again after this long */
-#define DRY_MS 3000		/* one that had nothing: not asked again */
+#define DRY_MS 3000		/* one that gave nothing: not asked again */
 
 /* May c be asked for pages now? */
 static bool askable(const struct sbd_client *c,
@@ -139,6 +139,11 @@ void sbd_budget_lease(struct sbd_server *s, struct sbd_client *c,
 		return;
 	reclaim(s, c, min - room(s));
 	if (!reclaim_pending(s, c)) {
+		if (s->verbose)
+			sbd_log("client %u (pid %d): %llu KiB refused at once "
+				"(room %llu KiB, nobody to ask)", c->id,
+				(int)c->pid, (unsigned long long)(min >> 10),
+				(unsigned long long)(room(s) >> 10));
 		s->refused++;
 		sbd_reply(s, c, seq, -ENOMEM, 0, 0, 0, -1);
 		return;
@@ -174,7 +179,17 @@ void sbd_budget_return(struct sbd_server *s, struct sbd_client *c,
 	s->used -= bytes;
 	c->reclaim_got += bytes;
 	if (answer) {
-		if (c->reclaim_got < c->reclaim_asked)
+		if (s->verbose)
+			sbd_log("client %u (pid %d): gave %llu KiB of the %llu "
+				"asked", c->id, (int)c->pid,
+				(unsigned long long)(c->reclaim_got >> 10),
+				(unsigned long long)(c->reclaim_asked >> 10));
+		/* Dry only when it gave nothing. A part of what was asked
+		 * is often all a client has free at that instant (its ready
+		 * thread was preparing the pages its eviction freed, seen
+		 * under load), and it may be asked again at once: marking
+		 * it dry refused everyone for DRY_MS while it had pages. */
+		if (!c->reclaim_got && c->reclaim_asked)
 			c->dry_ms = sbd_now_ms();
 		c->reclaim_asked = 0;
 	}
@@ -215,6 +230,13 @@ void sbd_budget_tick(struct sbd_server *s)
 			if (try_grant(s, c, c->park_seq, c->park_min,
 				      c->park_want))
 				continue;
+			if (s->verbose)
+				sbd_log("client %u (pid %d): %llu KiB refused "
+					"after %llu ms (room %llu KiB)", c->id,
+					(int)c->pid,
+					(unsigned long long)(c->park_min >> 10),
+					(unsigned long long)(now - c->park_ms),
+					(unsigned long long)(room(s) >> 10));
 			s->refused++;
 			sbd_reply(s, c, c->park_seq, -ENOMEM, 0, 0, 0, -1);
 		}

@@ -35,7 +35,7 @@ struct sbd_client {
 	/* A RECLAIM sent and not answered yet. */
 	uint64_t reclaim_asked, reclaim_ms;
 	uint64_t reclaim_got;	/* returned since it was asked */
-	uint64_t dry_ms;	/* it last gave less than asked: not again soon */
+	uint64_t dry_ms;	/* it last gave nothing when asked: not again soon */
 	/* A LEASE request waiting for other clients to give pages back. */
 	bool parked;
 	uint32_t park_seq;

@@ -1145,13 +1145,31 @@ void sbi_pagein_drain(struct sb_buf *buf);
 /* Eviction (evict.c). */
 /* Note a page placed in buf at idx for the clock (evictable buffers). */
 void sbi_rmap_note(struct sb_buf *buf, size_t idx, sbi_pid pid);
-/* sbi_pool_alloc that, at the budget, evicts cold pages of evictable
- * buffers and retries; -ENOMEM when nothing more can be evicted. held: the
- * buffer whose lock the caller holds (or NULL); reg_held: the caller holds
- * reg_lock (read). */
+/* What one round of sbi_evict_cold did. */
+struct sbi_evict_round {
+	size_t picked;		/* candidates the clock gave */
+	size_t done;		/* pages evicted */
+	size_t busy;		/* candidates skipped: their buffer was busy */
+	bool failed;		/* a write-out failed */
+};
+/* Evict up to want cold pages of evictable buffers (the clock's choice).
+ * held: the buffer whose lock the caller holds (or NULL); reg_held: the
+ * caller holds reg_lock (read). */
+void sbi_evict_cold(struct sb_pool *pool, size_t want, struct sb_buf *held,
+		    bool reg_held, struct sbi_evict_round *rd);
+/* Put back on the clock the pages of evictable buffers that were shared
+ * and are one buffer's alone now; returns how many. */
+size_t sbi_evict_renote(struct sb_pool *pool, struct sb_buf *held,
+			bool reg_held);
+
+/* Allocation under the budget (alloc.c): sbi_pool_alloc that, at the
+ * budget, asks the daemon for more lease (a client) or evicts cold pages
+ * of evictable buffers, and retries; -ENOMEM when nothing more can be had.
+ * held, reg_held: as for sbi_evict_cold. */
 int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint,
 	      size_t n, sbi_pid *out, unsigned flags, struct sb_buf *held,
 	      bool reg_held);
+
 /* Evict the placed pages of [first, end); buf->lock held. */
 long sbi_evict_locked(struct sb_buf *buf, size_t first, size_t end);
 /* sb_buf_evict of the pages nobody else holds (a page shared with another

@@ -54,9 +54,12 @@ static void kill_daemon(void)
 
 static void start_daemon(const char *max)
 {
+	/* SBD_TEST_VERBOSE=1: the daemon logs every lease and reclaim. */
 	char *argv[] = {daemon_bin, (char *)"--socket", sock_path,
 			(char *)"--max-bytes", (char *)max,
-			(char *)"--foreground", NULL};
+			(char *)"--foreground",
+			getenv("SBD_TEST_VERBOSE") ? (char *)"--verbose" : NULL,
+			NULL};
 	double t0 = now_s();
 	pid_t parent = getpid();
 	int fd;
@@ -1384,6 +1387,25 @@ static void test_bad_options(void)
 	       sizeof(cases) / sizeof(cases[0]));
 }
 
+/* SBD_TEST_ONLY=name[,name]: run only those cases (a hunt for a rare
+ * failure). */
+static bool wanted(const char *name)
+{
+	const char *p = getenv("SBD_TEST_ONLY");
+	size_t n = strlen(name);
+
+	if (!p)
+		return true;
+	while (*p) {
+		size_t len = strcspn(p, ",");
+
+		if (len == n && !strncmp(p, name, n))
+			return true;
+		p += len + (p[len] == ',');
+	}
+	return false;
+}
+
 static int main_test(void)
 {
 	char exe[PATH_MAX];
@@ -1402,20 +1424,32 @@ static int main_test(void)
 	signal(SIGPIPE, SIG_IGN);
 	atexit(kill_daemon);
 
-	test_bad_options();
-	test_cache();
-	test_cache_spill();
-	test_basic();
-	test_idle_gives();
-	test_client_killed();
-	test_daemon_killed();
-	test_kill_loop();
-	test_garbage();
-	test_default_pool();
-	test_permissions();
+	if (wanted("bad_options"))
+		test_bad_options();
+	if (wanted("cache"))
+		test_cache();
+	if (wanted("cache_spill"))
+		test_cache_spill();
+	if (wanted("basic"))
+		test_basic();
+	if (wanted("idle_gives"))
+		test_idle_gives();
+	if (wanted("client_killed"))
+		test_client_killed();
+	if (wanted("daemon_killed"))
+		test_daemon_killed();
+	if (wanted("kill_loop"))
+		test_kill_loop();
+	if (wanted("garbage"))
+		test_garbage();
+	if (wanted("default_pool"))
+		test_default_pool();
+	if (wanted("permissions"))
+		test_permissions();
 	unlink(strcat(strcpy((char[80]){0}, dir), "/witness-exit"));
 	unlink(strcat(strcpy((char[80]){0}, dir), "/witness-up"));
-	test_daemon_restarts();
+	if (wanted("daemon_restarts"))
+		test_daemon_restarts();
 
 	if (daemon_pid)
 		stop_daemon(SIGTERM);
