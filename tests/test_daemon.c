@@ -1406,6 +1406,13 @@ static bool wanted(const char *name)
 	return false;
 }
 
+/* A case of this test, unless SBD_TEST_ONLY leaves it out. */
+#define RUN_CASE(name)                  \
+	do {                            \
+		if (wanted(#name))      \
+			test_##name();  \
+	} while (0)
+
 static int main_test(void)
 {
 	char exe[PATH_MAX];
@@ -1424,32 +1431,20 @@ static int main_test(void)
 	signal(SIGPIPE, SIG_IGN);
 	atexit(kill_daemon);
 
-	if (wanted("bad_options"))
-		test_bad_options();
-	if (wanted("cache"))
-		test_cache();
-	if (wanted("cache_spill"))
-		test_cache_spill();
-	if (wanted("basic"))
-		test_basic();
-	if (wanted("idle_gives"))
-		test_idle_gives();
-	if (wanted("client_killed"))
-		test_client_killed();
-	if (wanted("daemon_killed"))
-		test_daemon_killed();
-	if (wanted("kill_loop"))
-		test_kill_loop();
-	if (wanted("garbage"))
-		test_garbage();
-	if (wanted("default_pool"))
-		test_default_pool();
-	if (wanted("permissions"))
-		test_permissions();
+	RUN_CASE(bad_options);
+	RUN_CASE(cache);
+	RUN_CASE(cache_spill);
+	RUN_CASE(basic);
+	RUN_CASE(idle_gives);
+	RUN_CASE(client_killed);
+	RUN_CASE(daemon_killed);
+	RUN_CASE(kill_loop);
+	RUN_CASE(garbage);
+	RUN_CASE(default_pool);
+	RUN_CASE(permissions);
 	unlink(strcat(strcpy((char[80]){0}, dir), "/witness-exit"));
 	unlink(strcat(strcpy((char[80]){0}, dir), "/witness-up"));
-	if (wanted("daemon_restarts"))
-		test_daemon_restarts();
+	RUN_CASE(daemon_restarts);
 
 	if (daemon_pid)
 		stop_daemon(SIGTERM);
