@@ -65,10 +65,11 @@ int sbi_kvr_publish(struct sb_kv_seq *store, size_t p0, size_t per,
 	struct sb_pool *pool = store->pool;
 	size_t n = block_pages(store, per);
 	uint64_t *refs = malloc(n * sizeof(*refs)), gen = 0;
-	sbi_ptref *pids = malloc(n * sizeof(*pids));
+	/* refs: the daemon's names of the pages; local: this pool's. */
+	sbi_ptref *local = malloc(n * sizeof(*local));
 	int r;
 
-	if (!refs || !pids) {
+	if (!refs || !local) {
 		r = -ENOMEM;
 		goto out;
 	}
@@ -81,7 +82,7 @@ int sbi_kvr_publish(struct sb_kv_seq *store, size_t p0, size_t per,
 					  tokens, ntok, (uint32_t)n, refs, &gen);
 	if (r < 0)
 		goto out;
-	r = sbi_import_refs(pool, gen, refs, n, pids);
+	r = sbi_import_refs(pool, gen, refs, n, local);
 	if (r < 0) {
 		sbi_dclient_cache_done(pool->client, key, false, gen);
 		goto out;
@@ -91,7 +92,7 @@ int sbi_kvr_publish(struct sb_kv_seq *store, size_t p0, size_t per,
 				  p0 * pool->page_size;
 
 		for (size_t k = 0; k < per; k++) {
-			sbi_pid p = sbi_ptref_pid(pids[g * per + k]);
+			sbi_pid p = sbi_ptref_pid(local[g * per + k]);
 
 			/* Rows the slot does not hold (never happens for a
 			 * complete block) read as zeros: a copy of them. */
@@ -102,14 +103,14 @@ int sbi_kvr_publish(struct sb_kv_seq *store, size_t p0, size_t per,
 	}
 	r = sbi_dclient_cache_done(pool->client, key, true, gen);
 	if (r < 0) {
-		sbi_pool_put(pool, pids, n);
+		sbi_pool_put(pool, local, n);
 		goto out;
 	}
-	r = install(store, p0, per, pids);
+	r = install(store, p0, per, local);
 	*gen_out = gen;
 out:
 	free(refs);
-	free(pids);
+	free(local);
 	return r;
 }
 
@@ -120,11 +121,12 @@ int sbi_kvr_fetch(struct sb_kv_seq *store, size_t p0, size_t per,
 	struct sb_pool *pool = store->pool;
 	size_t n = block_pages(store, per);
 	uint64_t *refs = malloc(n * sizeof(*refs)), gen = 0;
-	sbi_ptref *pids = malloc(n * sizeof(*pids));
+	/* refs: the daemon's names of the pages; local: this pool's. */
+	sbi_ptref *local = malloc(n * sizeof(*local));
 	int32_t *got = malloc(ntok * sizeof(*got));
 	int r;
 
-	if (!refs || !pids || !got) {
+	if (!refs || !local || !got) {
 		r = -ENOMEM;
 		goto out;
 	}
@@ -144,13 +146,13 @@ int sbi_kvr_fetch(struct sb_kv_seq *store, size_t p0, size_t per,
 		r = -ENOENT;
 		goto out;
 	}
-	r = sbi_import_refs(pool, gen, refs, n, pids);
+	r = sbi_import_refs(pool, gen, refs, n, local);
 	if (r == 0)
-		r = install(store, p0, per, pids);
+		r = install(store, p0, per, local);
 	*gen_out = gen;
 out:
 	free(refs);
-	free(pids);
+	free(local);
 	free(got);
 	return r;
 }
