@@ -217,6 +217,11 @@ SB_API void sb_buf_destroy(struct sb_buf *buf)
 	pthread_rwlock_wrlock(&pool->reg_lock);
 	reg_remove(pool, buf);
 	pthread_rwlock_unlock(&pool->reg_lock);
+	pthread_rwlock_unlock(&pool->layout);
+	/* A handler's work after its last wake-up here (a growth watch
+	 * noted) came before reg_remove: drop it, now that none can come. */
+	sbi_prefetch_cancel(buf, 0, buf->npages);
+	pthread_rwlock_rdlock(&pool->layout);
 	/* Reads in flight finish into the range (not yet unmapped). */
 	if (pool->disk)
 		sbi_pagein_drain(buf);
@@ -287,7 +292,11 @@ SB_API long sb_buf_map(struct sb_buf *buf, size_t off, size_t len)
 	if ((r = sbi_check_range(buf, off, len)) < 0 || !len)
 		return r;
 	sp = sbi_span_touched(buf->pool, off, len);
-	return sbi_buf_place(buf, sp.first, sp.end, true);
+	r = sbi_buf_place(buf, sp.first, sp.end, true);
+	/* The first access to each 4 KiB, paid by the ready thread. */
+	if (r > 0)
+		sbi_touch_queue(buf, sp.first, sp.end);
+	return r;
 }
 
 /* ---- unmap ---------------------------------------------------------------- */

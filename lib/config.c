@@ -212,6 +212,15 @@ bool sbi_env_recycle(void)
 	return !s || strcmp(s, "0") != 0;
 }
 
+int sbi_env_touch(void)
+{
+	const char *s = getenv("SPARSEBUF_TOUCH");
+
+	if (!s || !*s || strcmp(s, "auto") == 0)
+		return -1;
+	return strcmp(s, "0") != 0;
+}
+
 int sbi_env_fault_threads(void)
 {
 	return env_fault_threads;

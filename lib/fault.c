@@ -105,6 +105,9 @@ fail:
 	sbi_rmap_note(buf, idx, pid);
 	atomic_fetch_add_explicit(&pool->n_fault_places, 1,
 				  memory_order_relaxed);
+	/* The rest of the page, queued before the wake: the woken owner's
+	 * unmap or destroy must find the request to cancel it. */
+	sbi_touch_queue(buf, idx, idx + 1);
 	sbi_vma_wake(buf, idx);
 	sbi_grow_note(buf, idx);	/* after the wake: off its path */
 }

@@ -59,6 +59,8 @@ static struct sbi_grow serve_one(struct sb_pool *pool, struct sbi_grow g,
 	if (r < 0)
 		return (struct sbi_grow){0};
 	*placed = r > 0;
+	if (r > 0)
+		sbi_touch_queue(buf, g.cur + 1, g.cur + 2);
 	g.cur++;
 	g.since_ms = now;
 	g.due_ms = now + 1;

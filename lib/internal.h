@@ -124,6 +124,9 @@ int sbi_env_daemon_wait_ms(void);
 bool sbi_env_daemon_cache(void);
 /* SPARSEBUF_RECYCLE: false when set to 0 (read at each pool's creation). */
 bool sbi_env_recycle(void);
+/* SPARSEBUF_TOUCH: 1 (always), 0 (never) or -1 (unset or auto: when the
+ * first access to a mapped page is slow, touch.c). */
+int sbi_env_touch(void);
 /* NULL if the options are valid, else why not. */
 const char *sbi_opts_check(const struct sb_pool_opts *opts);
 
@@ -382,6 +385,7 @@ struct sbi_reg {
 
 /* A growth watch (grow.c). */
 #define SBI_GROW_MAX 256	/* buffers watched at once, per pool */
+#define SBI_TOUCH_MAX 512	/* touch requests queued, per pool */
 
 struct sbi_grow {
 	struct sb_buf *buf;	/* NULL: free slot */
@@ -391,6 +395,19 @@ struct sbi_grow {
 };
 
 struct sbi_stat_page;
+
+/* A request for the ready thread: place [first, end) (prefetch.c). */
+struct sbi_prefetch {
+	struct sb_buf *buf;
+	size_t first, end;	/* page indices */
+};
+
+/* Pages to touch (touch.c): [first, end), the first from byte off. */
+struct sbi_touch {
+	struct sb_buf *buf;
+	size_t first, end;	/* page indices */
+	size_t off;		/* bytes of page first already touched */
+};
 
 struct sb_pool {
 	/* Immutable after creation. */
@@ -415,6 +432,9 @@ struct sb_pool {
 	 * catch a touch of the buffer page it leaves. SPARSEBUF_RECYCLE=0
 	 * turns it off. See evict.c. */
 	bool can_recycle;
+	/* The ready thread takes placed pages' first access (touch.c):
+	 * SPARSEBUF_TOUCH, or a probe that found it slow. */
+	bool touch_placed;
 	unsigned fork_gen;	/* sbi_fork_gen at creation */
 	pthread_t ready_thread;
 	int nfault;		/* fault-handler threads, one per CPU */
@@ -462,6 +482,9 @@ struct sb_pool {
 	uint32_t pf_head, pf_tail, pf_cap;	/* pf_lock */
 	struct sb_buf *pf_inflight;	/* pf_lock: the buffer being placed for */
 	struct sbi_grow grow[SBI_GROW_MAX];	/* pf_lock: growth watches */
+	/* pf_lock: pages placed, to be touched by the ready thread (touch.c) */
+	struct sbi_touch tq[SBI_TOUCH_MAX];
+	uint32_t tq_head, tq_tail;
 	unsigned ngrow;			/* pf_lock to change; read racily */
 	uint32_t grow_rr;		/* ready thread only: where to start */
 	uint64_t grow_due_ms;		/* ready thread only: next watch due */
@@ -477,7 +500,7 @@ struct sb_pool {
 	} wanted[2];
 
 	/* Counters: relaxed atomics, read by sb_pool_stats. */
-	_Atomic uint64_t n_faults, n_maps, n_unmaps, n_cow, n_fault_places,
+	_Atomic uint64_t n_faults, n_maps, n_unmaps, n_cow, n_fault_places, n_touched,
 		n_sigbus, n_sync_prepares;
 	_Atomic uint64_t sigbus_log_ms;	/* last budget SIGBUS logged */
 
@@ -721,8 +744,8 @@ void sbi_pool_stats_locked(struct sb_pool *pool, struct sb_stats *st);
 /* The sizes of the public structs in 0.1 (what the plain-named entry
  * points of 0.1 programs pass). */
 #define SBI_SIZE_POOL_OPTS_0_1 sizeof(struct sb_pool_opts)
-#define SBI_SIZE_STATS_0_1 sizeof(struct sb_stats)
-#define SBI_SIZE_FEATURES_0_1 sizeof(struct sb_features)
+#define SBI_SIZE_STATS_0_1 offsetof(struct sb_stats, pages_touched)
+#define SBI_SIZE_FEATURES_0_1 offsetof(struct sb_features, first_access_ns)
 #define SBI_SIZE_KV_CONFIG_0_1 offsetof(struct sb_kv_config, flags)
 #define SBI_SIZE_KV_STATS_0_1 sizeof(struct sb_kv_stats)
 
@@ -923,10 +946,6 @@ void sbi_buf_let_io_in(struct sb_buf *buf);
 
 /* ---- prefetch.c: placement in the background -------------------------------*/
 
-struct sbi_prefetch {
-	struct sb_buf *buf;
-	size_t first, end;	/* page indices */
-};
 
 /* Drop queued requests of buf overlapping [first, end) and wait for one in
  * flight on buf. Takes pool->lock; call with no buffer lock held. */
@@ -934,6 +953,18 @@ void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end);
 /* The ready thread: serve one request if any. Called with pool->lock
  * held; released while placing. Returns true if it did something. */
 bool sbi_prefetch_serve(struct sb_pool *pool);
+
+/* ---- touch.c: the first access to placed pages, in the background -------*/
+
+/* Queue the pages [first, end) just placed, for the ready thread (woken if
+ * it sleeps: takes pool->lock, so hold none of pool->lock, pf_lock). */
+void sbi_touch_queue(struct sb_buf *buf, size_t first, size_t end);
+/* Drop buf's requests overlapping [first, end); pf_lock held
+ * (sbi_prefetch_cancel, after the touch in flight). */
+void sbi_touch_cancel(struct sb_buf *buf, size_t first, size_t end);
+/* The ready thread: touch one page if any is queued. pool->lock held,
+ * released while touching. Returns true if it did. */
+bool sbi_touch_serve(struct sb_pool *pool);
 
 /* ---- grow.c: growth by touch, placed ahead ---------------------------------*/
 

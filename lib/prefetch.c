@@ -44,6 +44,8 @@ void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end)
 	sbi_grow_cancel(buf);
 	while (pool->pf_inflight == buf)
 		pthread_cond_wait(&pool->pf_cond, &pool->pf_lock);
+	/* After the wait: what was in flight may have queued touches. */
+	sbi_touch_cancel(buf, first, end);
 	pthread_mutex_unlock(&pool->pf_lock);
 }
 
@@ -96,6 +98,28 @@ static void wake_ready(struct sb_pool *pool)
 	pthread_mutex_unlock(&pool->lock);
 }
 
+/* Queue a request for the ready thread (a full queue drops it: advice). */
+static bool enqueue(struct sb_buf *buf, size_t first, size_t end)
+{
+	struct sb_pool *pool = buf->pool;
+	bool queued = false;
+
+	pthread_mutex_lock(&pool->pf_lock);
+	if ((pool->pf_tail + 1) % pool->pf_cap != pool->pf_head) {
+		pool->pf[pool->pf_tail] =
+			(struct sbi_prefetch){buf, first, end};
+		pool->pf_tail = (pool->pf_tail + 1) % pool->pf_cap;
+		queued = true;
+	}
+	pthread_mutex_unlock(&pool->pf_lock);
+	/* A racy read is fine here: a missed flag costs at most one poll
+	 * period of the ready thread. */
+	sbi_pool_note_caller(pool);
+	if (__atomic_load_n(&pool->ready_idle, __ATOMIC_RELAXED))
+		wake_ready(pool);
+	return queued;
+}
+
 bool sbi_prefetch_serve(struct sb_pool *pool)
 {
 	struct sbi_prefetch p;
@@ -112,7 +136,8 @@ bool sbi_prefetch_serve(struct sb_pool *pool)
 	pthread_mutex_unlock(&pool->lock);
 	/* Best effort: a failure (budget) surfaces at the caller's own
 	 * sb_buf_map or fault later. */
-	sbi_buf_place(p.buf, p.first, p.end, false);	/* reads: no wait */
+	if (sbi_buf_place(p.buf, p.first, p.end, false) > 0)	/* reads: no wait */
+		sbi_touch_queue(p.buf, p.first, p.end);
 	pthread_mutex_lock(&pool->pf_lock);
 	pool->pf_inflight = NULL;
 	pthread_cond_broadcast(&pool->pf_cond);
@@ -174,22 +199,13 @@ SB_API long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
 
 			if (r < 0)
 				return r;
+			if (r > 0)
+				sbi_touch_queue(buf, sp.first, sp.end);
 			queued += r;
 			continue;
 		}
-		pthread_mutex_lock(&pool->pf_lock);
-		if ((pool->pf_tail + 1) % pool->pf_cap != pool->pf_head) {
-			pool->pf[pool->pf_tail] =
-				(struct sbi_prefetch){buf, sp.first, sp.end};
-			pool->pf_tail = (pool->pf_tail + 1) % pool->pf_cap;
+		if (enqueue(buf, sp.first, sp.end))
 			queued += (long)(sp.end - sp.first) - placed;
-		}
-		pthread_mutex_unlock(&pool->pf_lock);
-		/* A racy read is fine here: a missed flag costs at most one
-		 * poll period of the ready thread. */
-		sbi_pool_note_caller(pool);
-		if (__atomic_load_n(&pool->ready_idle, __ATOMIC_RELAXED))
-			wake_ready(pool);
 	}
 	if (flags & SB_PREFETCH_WAIT) {
 		wait_all(buf);

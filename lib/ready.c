@@ -394,6 +394,9 @@ void *sbi_ready_thread(void *arg)
 		}
 		w = pick_work(pool, now >= no_back_until, &h, &i, &n);
 		if (w == W_NONE) {
+			/* Last, the first access to pages placed (touch.c). */
+			if (!pool->trimming && sbi_touch_serve(pool))
+				continue;
 			ready_wait(pool, &seen, &polls);
 			continue;
 		}

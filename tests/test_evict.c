@@ -177,8 +177,14 @@ static void basic(void)
 	for (unsigned t = 2; t < 7; t++) {
 		fill_pages(x, 0, N, t);
 		CHECK_EQ(sb_buf_evict(b, 0, LEN * PAGE), N);
+		/* Every page out is on disk, but a page may be back already:
+		 * a handler preempted since the last round may only now
+		 * serve a fault message it read then (a duplicate of one
+		 * served), and a missing page on disk is read in. Stats
+		 * first: a page read in meanwhile then counts once. */
 		s0 = stats(p);
-		CHECK(s0.spill_bytes >= N * PAGE);
+		CHECK(s0.spill_bytes >=
+		      (N - (size_t)sb_buf_placed(b, 0, N * PAGE)) * PAGE);
 		CHECK(s0.spill_bytes <= 2 * N * PAGE);
 		if (t % 2)
 			check_pages(x, 0, N, t);

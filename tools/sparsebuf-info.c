@@ -5,6 +5,7 @@
  * it takes no options but --help and --version (anything else: status 2).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,6 +214,19 @@ int main(int argc, char **argv)
 		printf("NUMA nodes:       libnuma reports no NUMA support\n");
 	printf("mappings:         %ld of vm.max_map_count=%ld\n", f.map_count,
 	       f.max_map_count);
+	{
+		const char *t = getenv("SPARSEBUF_TOUCH");
+		bool on = t && *t && strcmp(t, "auto") ? strcmp(t, "0") != 0
+						       : f.first_access_ns > 1000;
+
+		printf("first access:     %ld ns per 4 KiB newly mapped (median "
+		       "of 64)%s\n", f.first_access_ns,
+		       f.first_access_ns > 1000 ? ": the host shadows page "
+						  "tables" : "");
+		printf("  placed pages:   %s\n",
+		       on ? "first access taken by the ready thread"
+			  : "first access left to their owner");
+	}
 
 	printf("\nconfiguration (defaults, then SPARSEBUF_*):\n");
 	sb_pool_opts_init(&o);

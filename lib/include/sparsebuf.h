@@ -128,6 +128,9 @@ struct sb_stats {
 	uint64_t io_errors;	/* failed reads/writes, checksum mismatches */
 	uint64_t pages_dropped;	/* clean pages released without a write */
 	size_t spill_bytes;	/* spill file space holding evicted pages */
+	/* Pages placed whose first access the ready thread took ahead of
+	 * their owner (one read a 4 KiB; docs/design.md says why). */
+	uint64_t pages_touched;
 };
 
 /* Snapshot of the pool's accounting. Errors: -EINVAL, -ECHILD (a parent's
@@ -327,6 +330,11 @@ struct sb_features {
 	long max_map_count;	/* vm.max_map_count */
 	long map_count;		/* mappings this process has now */
 	char kernel[64];	/* uname release */
+	/* New in 0.3: the median nanoseconds of the first write to a 4 KiB
+	 * page the kernel has just mapped. Microseconds on a VM whose host
+	 * shadows the guest's page tables: pools then have their ready
+	 * thread take each placed page's first access (SPARSEBUF_TOUCH). */
+	long first_access_ns;
 };
 
 /* Probe once per process (cached; a probe that ran short of descriptors or

@@ -1,0 +1,188 @@
+/* The ready thread takes the first access to newly placed pages (touch.c,
+ * forced on with SPARSEBUF_TOUCH=1 whatever the probe found):
+ * pages placed by sb_buf_map, by a growth watch and by a served prefetch
+ * are counted in pages_touched, each once; a touch never reaches a page
+ * that was unmapped meanwhile (it would fault and place it again); unmap
+ * and destroy while touches are queued or in flight leave the pool
+ * consistent, also right after the fault that placed the page; pages
+ * smaller than the touch's 16 KiB chunk are read within
+ * their own page only. */
+#include "harness.h"
+
+#include <sched.h>
+
+#define PAGE (64 * KiB)
+
+/* Wait (at most 5 s) until the pool has touched `want` pages. */
+static uint64_t touched_at_least(struct sb_pool *p, uint64_t want)
+{
+	for (int i = 0; i < 5000 && stats(p).pages_touched < want; i++)
+		usleep(1000);
+	return stats(p).pages_touched;
+}
+
+static int child(const char *name)
+{
+	(void)name;
+	return 0;
+}
+
+static void placed_pages_are_touched(size_t page)
+{
+	struct sb_pool *p = make_pool(page, 64 * page, 0);
+	struct sb_buf *b = make_buf(p, 32 * page, 0);
+	struct sb_buf *g = make_buf(p, 8 * page, SB_BUF_GROWS);
+	char *base = sb_buf_addr(b);
+	uint64_t t;
+
+	/* sb_buf_map: every page placed is touched once. */
+	CHECK_EQ(sb_buf_map(b, 0, 8 * page), 8);
+	t = touched_at_least(p, 8);
+	CHECK_EQ(t, 8);
+	/* Mapped again: nothing new placed, nothing touched again. */
+	CHECK_EQ(sb_buf_map(b, 0, 8 * page), 0);
+	usleep(20000);
+	CHECK_EQ(stats(p).pages_touched, 8);
+
+	/* A prefetch served in the background. */
+	{
+		struct sb_range r = {8 * page, 4 * page};
+
+		CHECK(sb_buf_prefetch(b, &r, 1, 0) >= 0);
+		t = touched_at_least(p, 12);
+		CHECK_EQ(t, 12);
+	}
+
+	/* A growth watch's page ahead. */
+	CHECK_EQ(sb_buf_map(g, 0, 2 * page), 2);
+	memset((char *)sb_buf_addr(g) + page, 1, 64);	/* enter the frontier */
+	t = touched_at_least(p, 15);
+	CHECK_EQ(t, 15);
+	CHECK_EQ(stats(p).pages_used, 12 + 3);
+
+	/* The touches read; the data is what the owner wrote. */
+	for (size_t off = 0; off < 12 * page; off += 4096)
+		CHECK_EQ(base[off], 0);
+	CHECK_EQ(stats(p).faults, 0);
+	sb_buf_destroy(g);
+	sb_buf_destroy(b);
+	CHECK_EQ(stats(p).pages_used, 0);
+	VERIFY(p);
+	sb_pool_destroy(p);
+	printf("page %zu KiB: sb_buf_map, prefetch and growth pages touched "
+	       "once each\n", page / KiB);
+}
+
+/* Unmapped while queued or being touched: the touch must skip the page,
+ * never fault on it (the handler would place it again: a page the owner
+ * released, resident, and a fault counted). */
+static void unmap_under_touch(void)
+{
+	struct sb_pool *p = make_pool(PAGE, 64 * PAGE, 0);
+	uint64_t f0 = stats(p).faults;
+
+	for (int i = 0; i < 400; i++) {
+		struct sb_buf *b = make_buf(p, 16 * PAGE, 0);
+
+		CHECK_EQ(sb_buf_map(b, 0, 16 * PAGE), 16);
+		if (i % 4 == 1)
+			usleep(200);	/* let a touch start */
+		if (i % 2) {
+			CHECK_EQ(sb_buf_unmap(b, 0, 16 * PAGE), 16);
+			CHECK_EQ(stats(p).pages_used, 0);
+		}
+		sb_buf_destroy(b);
+		CHECK_EQ(stats(p).pages_used, 0);
+	}
+	usleep(20000);
+	CHECK_EQ(stats(p).pages_used, 0);
+	CHECK_EQ(stats(p).faults, f0);
+	VERIFY(p);
+	sb_pool_destroy(p);
+	printf("400 buffers unmapped or destroyed under touches: no fault, "
+	       "nothing left placed\n");
+}
+
+/* A page placed by a fault is queued for its touch before the faulting
+ * thread is woken: the owner's unmap or destroy right after the fault must
+ * find and cancel it (a touch queued later would read a destroyed buffer,
+ * or fault an unmapped page back in). */
+static void release_after_fault(void)
+{
+	cpu_set_t all, one;
+	struct sb_pool *p;
+	uint64_t f0;
+	int n = 2000;
+
+	/* One CPU for us and the pool's threads (they inherit it): the woken
+	 * owner preempts the handler right after its wake-up, which is when
+	 * a late request would come. */
+	CHECK_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+	CPU_ZERO(&one);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &all)) {
+			CPU_SET(c, &one);
+			break;
+		}
+	CHECK_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+	p = make_pool(PAGE, 64 * PAGE, 0);
+	f0 = stats(p).faults;
+
+	for (int i = 0; i < n; i++) {
+		struct sb_buf *b = make_buf(p, 8 * PAGE, 0);
+		char *last = (char *)sb_buf_addr(b) + 7 * PAGE;
+
+		last[PAGE - 1] = 1;	/* a fault places page 7 */
+		if (i % 2)
+			CHECK_EQ(sb_buf_unmap(b, 7 * PAGE, PAGE), 1);
+		sb_buf_destroy(b);
+	}
+	usleep(20000);
+	CHECK_EQ(stats(p).pages_used, 0);
+	CHECK_EQ(stats(p).faults, f0 + (uint64_t)n);
+	VERIFY(p);
+	sb_pool_destroy(p);
+	CHECK_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
+	printf("%d buffers unmapped or destroyed just after a fault: no "
+	       "touch after, no fault but ours\n", n);
+}
+
+/* SPARSEBUF_TOUCH=0: no touches, whatever the probe found. */
+static void touch_off(void)
+{
+	struct sb_pool *p;
+	struct sb_buf *b;
+
+	CHECK_EQ(setenv("SPARSEBUF_TOUCH", "0", 1), 0);
+	p = make_pool(PAGE, 64 * PAGE, 0);
+	b = make_buf(p, 16 * PAGE, 0);
+	CHECK_EQ(sb_buf_map(b, 0, 16 * PAGE), 16);
+	usleep(50000);
+	CHECK_EQ(stats(p).pages_touched, 0);
+	sb_buf_destroy(b);
+	sb_pool_destroy(p);
+	CHECK_EQ(setenv("SPARSEBUF_TOUCH", "1", 1), 0);
+	printf("SPARSEBUF_TOUCH=0: nothing touched\n");
+}
+
+static int main_test(void)
+{
+	struct sb_features f;
+
+	require_uffd();
+	CHECK_EQ(sb_features_get(&f), 0);
+	CHECK(f.first_access_ns >= 0 && f.first_access_ns < 100000000);
+	printf("first access to a mapped 4 KiB: %ld ns (median of 64)\n",
+	       f.first_access_ns);
+	/* Whatever this machine's first access costs. */
+	CHECK_EQ(setenv("SPARSEBUF_TOUCH", "1", 1), 0);
+	touch_off();
+	placed_pages_are_touched(PAGE);
+	/* Smaller than a touch chunk: reads stay within the page (the
+	 * next buffer page is unplaced: a read there would fault). */
+	placed_pages_are_touched(4 * KiB);
+	unmap_under_touch();
+	release_after_fault();
+	printf("ok\n");
+	return 0;
+}
