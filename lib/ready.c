@@ -198,6 +198,9 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready)
 		 * finish the page in its hands. */
 		pool->wanted[0].head = pool->wanted[0].tail;
 		pool->wanted[1].head = pool->wanted[1].tail;
+		/* The next run's first page too: kept, it would have the
+		 * ready thread create a heap right after the trim. */
+		pool->want_site = false;
 		pool->ready_target = pool->ready_min > pool->ready_floor
 					     ? pool->ready_min
 					     : pool->ready_floor;

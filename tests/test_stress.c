@@ -83,6 +83,12 @@ static int main_test(void)
 	CHECK(sb_pool_trim(p) >= 0);
 	CHECK_EQ(stats(p).bytes_resident, 0);
 	CHECK_EQ(stats(p).heaps, 0);
+	/* And stays so: the ready thread (awake, polling after the cycles)
+	 * has nothing left that it was asked for, not even the site of a
+	 * next run, for which it would create a heap. */
+	usleep(50000);
+	CHECK_EQ(stats(p).bytes_resident, 0);
+	CHECK_EQ(stats(p).heaps, 0);
 	sb_pool_destroy(p);
 	return 0;
 }
