@@ -218,7 +218,11 @@ int sbi_env_touch(void)
 
 	if (!s || !*s || strcmp(s, "auto") == 0)
 		return -1;
-	return strcmp(s, "0") != 0;
+	if (strcmp(s, "0") == 0 || strcmp(s, "1") == 0)
+		return s[0] - '0';
+	/* Advice, read per pool: a typo is said, not fatal. */
+	sbi_warn("SPARSEBUF_TOUCH=\"%s\" is not 0, 1 or auto; using auto", s);
+	return -1;
 }
 
 int sbi_env_fault_threads(void)

@@ -3,8 +3,9 @@
  * What this kernel allows, probed once per process: how a userfaultfd can be
  * opened (syscall, user-mode-only, /dev/userfaultfd), its feature bits and
  * range ioctls, write-protect on shmem, poison, io_uring, NUMA nodes, the
- * mapping limit, and what the first access to a newly mapped page costs. Pools open their userfaultfds through sbi_uffd_open so
- * that they use the same route the probe found.
+ * mapping limit, and what the first access to a newly mapped page costs.
+ * Pools open their userfaultfds through sbi_uffd_open so that they use
+ * the same route the probe found.
  */
 #include "internal.h"
 #include "uffd_compat.h"

@@ -12,9 +12,10 @@
  * 64 cache misses per 256 KiB page.
  *
  * Placements queue their pages here (sb_buf_map, the growth watches,
- * served prefetches, the fault handler's zero-fills); the ready thread touches them when it has nothing
- * else to do, one page at a time: placing the next pages, which saves a
- * fault, and refilling the reserve come first. A machine where the ready
+ * served prefetches, the fault handler's zero-fills); the ready thread
+ * touches them when it has nothing else to do, a chunk at a time: placing
+ * the next pages, which saves a fault, and refilling the reserve come
+ * first. A machine where the ready
  * thread cannot keep up leaves the rest to the owner, spread over its
  * writes as before. Requests are advice: a full queue drops them, unmap
  * and destroy cancel them (sbi_prefetch_cancel, which owns the in-flight
@@ -108,7 +109,6 @@ bool sbi_touch_serve(struct sb_pool *pool)
 {
 	struct sbi_touch t;
 	size_t len;
-	bool more;
 
 	SBI_HELD(&pool->lock);
 	pthread_mutex_lock(&pool->pf_lock);
@@ -123,19 +123,19 @@ bool sbi_touch_serve(struct sb_pool *pool)
 	pthread_mutex_unlock(&pool->lock);
 
 	len = pool->page_size - t.off < CHUNK ? pool->page_size - t.off : CHUNK;
-	more = touch(t.buf, t.first, t.off, len);
-	t.off += len;
-	if (t.off >= pool->page_size) {
-		if (more)
-			sbi_count(&pool->n_touched, 1);
+	if (!touch(t.buf, t.first, t.off, len)) {
+		t.off = 0;	/* unplaced meanwhile: on to the next page */
+		t.first++;
+	} else if ((t.off += len) >= pool->page_size) {
+		sbi_count(&pool->n_touched, 1);
 		t.off = 0;
 		t.first++;
 	}
 
 	pthread_mutex_lock(&pool->pf_lock);
-	/* Back of the queue, unless done or unplaced (a cancel waiting for
-	 * pf_inflight drops it once woken). */
-	if (more && t.first < t.end &&
+	/* Back of the queue, unless done (a cancel waiting for pf_inflight
+	 * drops it once woken). */
+	if (t.first < t.end &&
 	    (pool->tq_tail + 1) % SBI_TOUCH_MAX != pool->tq_head) {
 		pool->tq[pool->tq_tail] = t;
 		pool->tq_tail = (pool->tq_tail + 1) % SBI_TOUCH_MAX;

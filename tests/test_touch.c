@@ -147,22 +147,42 @@ static void release_after_fault(void)
 	       "touch after, no fault but ours\n", n);
 }
 
-/* SPARSEBUF_TOUCH=0: no touches, whatever the probe found. */
-static void touch_off(void)
+/* Pages touched after mapping 16 with SPARSEBUF_TOUCH=value: waited
+ * for when they should be, else given 50 ms to show up. */
+static uint64_t touched_with(const char *value, bool on)
 {
 	struct sb_pool *p;
 	struct sb_buf *b;
+	uint64_t n;
 
-	CHECK_EQ(setenv("SPARSEBUF_TOUCH", "0", 1), 0);
+	CHECK_EQ(setenv("SPARSEBUF_TOUCH", value, 1), 0);
 	p = make_pool(PAGE, 64 * PAGE, 0);
 	b = make_buf(p, 16 * PAGE, 0);
 	CHECK_EQ(sb_buf_map(b, 0, 16 * PAGE), 16);
-	usleep(50000);
-	CHECK_EQ(stats(p).pages_touched, 0);
+	if (on) {
+		n = touched_at_least(p, 16);
+	} else {
+		usleep(50000);
+		n = stats(p).pages_touched;
+	}
 	sb_buf_destroy(b);
 	sb_pool_destroy(p);
 	CHECK_EQ(setenv("SPARSEBUF_TOUCH", "1", 1), 0);
-	printf("SPARSEBUF_TOUCH=0: nothing touched\n");
+	return n;
+}
+
+/* 0: no touches, whatever the probe found; auto, and a value that is
+ * none of 0, 1, auto (logged): what the probe found. */
+static void touch_settings(long first_access_ns)
+{
+	bool on = first_access_ns > 1000;
+	uint64_t want = on ? 16 : 0;
+
+	CHECK_EQ(touched_with("0", false), 0);
+	CHECK_EQ(touched_with("auto", on), want);
+	CHECK_EQ(touched_with("yes please", on), want);
+	printf("SPARSEBUF_TOUCH=0: nothing touched; auto and a bad value: "
+	       "%llu of 16 (the probe's choice)\n", (unsigned long long)want);
 }
 
 static int main_test(void)
@@ -176,7 +196,7 @@ static int main_test(void)
 	       f.first_access_ns);
 	/* Whatever this machine's first access costs. */
 	CHECK_EQ(setenv("SPARSEBUF_TOUCH", "1", 1), 0);
-	touch_off();
+	touch_settings(f.first_access_ns);
 	placed_pages_are_touched(PAGE);
 	/* Smaller than a touch chunk: reads stay within the page (the
 	 * next buffer page is unplaced: a read there would fault). */
