@@ -624,6 +624,9 @@ SB_API long sb_buf_share(struct sb_buf *dst, size_t dst_off,
 		return -ENOMEM;
 	first = dst->id < src->id ? dst : src;
 	second = first == dst ? src : dst;
+	/* dst's pages there are replaced or released below: no prefetch may
+	 * place into them after, no touch may read them meanwhile. */
+	sbi_prefetch_cancel(dst, d0, d0 + n);
 again:
 	r = 0;
 	held_off = false;
@@ -698,6 +701,7 @@ int sbi_buf_install(struct sb_buf *dst, size_t d0, size_t n,
 		sbi_pool_put(pool, refs, n);
 		return -EINVAL;
 	}
+	sbi_prefetch_cancel(dst, d0, d0 + n);	/* as sb_buf_share */
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&dst->lock);
 	r = install_dst(dst, d0, n, refs, &released);

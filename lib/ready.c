@@ -310,6 +310,13 @@ static void ready_wait(struct sb_pool *pool, uint64_t *seen, unsigned *polls)
 	}
 	__atomic_store_n(&pool->ready_idle, ++*polls > HOT_POLLS,
 			 __ATOMIC_RELAXED);
+	/* A touch queued since we looked saw the flag still clear and did
+	 * not signal: look again after setting it (touch.c fences too). */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (sbi_touch_pending(pool)) {
+		__atomic_store_n(&pool->ready_idle, false, __ATOMIC_RELAXED);
+		return;
+	}
 	ns = pool->ready_idle ? 100 * 1000000L : 1000000L;
 	/* A growth watch due sooner (grow.c) shortens the sleep: a paused
 	 * buffer's owner allocates nothing when it resumes, its pages were

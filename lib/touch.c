@@ -50,13 +50,27 @@ void sbi_touch_queue(struct sb_buf *buf, size_t first, size_t end)
 	}
 	pthread_mutex_unlock(&pool->pf_lock);
 	/* A ready thread asleep for long would touch them too late. A racy
-	 * look first: a missed flag costs one poll period. */
+	 * look first; the fence pairs with ready_wait's, which looks at the
+	 * queue after setting the flag: one of the two sees the other. */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&pool->ready_idle, __ATOMIC_RELAXED)) {
 		pthread_mutex_lock(&pool->lock);
 		if (pool->ready_idle)
 			pthread_cond_signal(&pool->ready_cond);
 		pthread_mutex_unlock(&pool->lock);
 	}
+}
+
+bool sbi_touch_pending(struct sb_pool *pool)
+{
+	bool r;
+
+	if (!pool->touch_placed)
+		return false;
+	pthread_mutex_lock(&pool->pf_lock);
+	r = pool->tq_head != pool->tq_tail;
+	pthread_mutex_unlock(&pool->pf_lock);
+	return r;
 }
 
 void sbi_touch_cancel(struct sb_buf *buf, size_t first, size_t end)
