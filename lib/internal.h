@@ -959,8 +959,9 @@ bool sbi_prefetch_serve(struct sb_pool *pool);
 /* Queue the pages [first, end) just placed, for the ready thread (woken if
  * it sleeps: takes pool->lock, so hold none of pool->lock, pf_lock). */
 void sbi_touch_queue(struct sb_buf *buf, size_t first, size_t end);
-/* Anything queued? Takes pf_lock (the ready thread, before it sleeps). */
-bool sbi_touch_pending(struct sb_pool *pool);
+/* The ready thread, before it sleeps: set pool->ready_idle under pf_lock
+ * and say whether touches are queued (then it must not sleep). */
+bool sbi_touch_set_idle(struct sb_pool *pool, bool idle);
 /* Drop buf's requests overlapping [first, end); pf_lock held
  * (sbi_prefetch_cancel, after the touch in flight). */
 void sbi_touch_cancel(struct sb_buf *buf, size_t first, size_t end);

@@ -308,12 +308,9 @@ static void ready_wait(struct sb_pool *pool, uint64_t *seen, unsigned *polls)
 		*seen = pool->alloc_seq;
 		*polls = 0;
 	}
-	__atomic_store_n(&pool->ready_idle, ++*polls > HOT_POLLS,
-			 __ATOMIC_RELAXED);
-	/* A touch queued since we looked saw the flag still clear and did
-	 * not signal: look again after setting it (touch.c fences too). */
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (sbi_touch_pending(pool)) {
+	/* Set with the touch queue's lock held: a touch queued since we
+	 * looked either is seen here or sees the flag (touch.c). */
+	if (sbi_touch_set_idle(pool, ++*polls > HOT_POLLS)) {
 		__atomic_store_n(&pool->ready_idle, false, __ATOMIC_RELAXED);
 		return;
 	}

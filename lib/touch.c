@@ -39,6 +39,7 @@ void sbi_touch_queue(struct sb_buf *buf, size_t first, size_t end)
 {
 	struct sb_pool *pool = buf->pool;
 	uint32_t next;
+	bool idle;
 
 	if (first >= end || !pool->touch_placed)
 		return;
@@ -48,12 +49,12 @@ void sbi_touch_queue(struct sb_buf *buf, size_t first, size_t end)
 		pool->tq[pool->tq_tail] = (struct sbi_touch){buf, first, end, 0};
 		pool->tq_tail = next;
 	}
+	/* Read under pf_lock, which the ready thread holds to set it and
+	 * look at the queue (sbi_touch_set_idle): one sees the other. */
+	idle = __atomic_load_n(&pool->ready_idle, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&pool->pf_lock);
-	/* A ready thread asleep for long would touch them too late. A racy
-	 * look first; the fence pairs with ready_wait's, which looks at the
-	 * queue after setting the flag: one of the two sees the other. */
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&pool->ready_idle, __ATOMIC_RELAXED)) {
+	/* A ready thread asleep for long would touch them too late. */
+	if (idle) {
 		pthread_mutex_lock(&pool->lock);
 		if (pool->ready_idle)
 			pthread_cond_signal(&pool->ready_cond);
@@ -61,16 +62,15 @@ void sbi_touch_queue(struct sb_buf *buf, size_t first, size_t end)
 	}
 }
 
-bool sbi_touch_pending(struct sb_pool *pool)
+bool sbi_touch_set_idle(struct sb_pool *pool, bool idle)
 {
-	bool r;
+	bool pending;
 
-	if (!pool->touch_placed)
-		return false;
 	pthread_mutex_lock(&pool->pf_lock);
-	r = pool->tq_head != pool->tq_tail;
+	__atomic_store_n(&pool->ready_idle, idle, __ATOMIC_RELAXED);
+	pending = pool->tq_head != pool->tq_tail;
 	pthread_mutex_unlock(&pool->pf_lock);
-	return r;
+	return pending;
 }
 
 void sbi_touch_cancel(struct sb_buf *buf, size_t first, size_t end)
