@@ -290,6 +290,15 @@ int sbf_step(struct sbf_run *r, int token, int pos)
 				}
 			}
 		}
+		if (r->hooks.fired && !r->dense) {
+			err = sbk_ffn_sparse_act(r->act, r->xb, base, h->bundle,
+						 SBK_F16, L->bias, idx, n, d);
+			if (err == 0)
+				err = r->hooks.fired(r->hooks.ctx, (int)l, idx,
+						     r->act, n);
+			if (err < 0)
+				return err;
+		}
 		err = sbk_ffn_sparse(r->o, r->xb, base, h->bundle, SBK_F16,
 				     L->bias, idx, n, d, r->act);
 		if (err < 0)

@@ -68,6 +68,13 @@ struct sbf_hooks {
 	int (*fetch)(void *ctx, int layer, const int32_t *idx, int n);
 	/* Called before the FFN reads the layer's bundles. */
 	int (*ready)(void *ctx, int layer);
+	/* When set, called after ready with the activations of the
+	 * predicted neurons, computed from their up rows alone
+	 * (sbk_ffn_sparse_act): the FFN then reads the down column of each
+	 * neuron with act[j] > 0 and of no other, and this is the time to
+	 * fetch those. */
+	int (*fired)(void *ctx, int layer, const int32_t *idx,
+		     const float *act, int n);
 	void *ctx;
 };
 

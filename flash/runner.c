@@ -130,35 +130,53 @@ struct flash {
 				 * neuron while held, saturating at 255 */
 	uint32_t *age_count;	/* (AGE_BUCKETS) scratch: release_lru */
 	struct sb_range *ranges;/* (hidden) */
-	uint64_t new_neurons, unmapped, prefetched, pool_peak;
+	/* Split fetch: half is the bytes of an up row (= of a down column,
+	 * = the pool's page), 0 for whole bundles; down (layers, hidden) says
+	 * whether a held neuron's down column is held too. */
+	size_t half;
+	uint8_t *down;
+	int32_t *fired;		/* (layers, hidden) split: the last token
+				 * whose FFN the neuron fired in */
+	uint64_t new_neurons, new_bytes, unmapped, prefetched, pool_peak;
 	uint64_t shrunk;	/* times the window had to shrink */
 	int no_overlap;		/* wait for the reads before attention */
 	double t_release, t_prefetch, t_wait; /* seconds in each */
 	size_t max_bytes;
 };
 
-/* Append [i, i+1) bundles of layer l to the range list, merging with the
- * previous range when adjacent (one bigger read). */
-static size_t add_range(struct flash *f, size_t nr, int l, int32_t i)
+static size_t bundle_off(const struct flash *f, int l, int32_t i)
 {
-	size_t off = ((size_t)l * f->h->hidden + (size_t)i) * f->h->bundle;
+	return ((size_t)l * f->h->hidden + (size_t)i) * f->h->bundle;
+}
 
+/* Append [off, off+len) to the range list, merging with the previous range
+ * when adjacent (one bigger read). */
+static size_t add_range(struct flash *f, size_t nr, size_t off, size_t len)
+{
 	if (nr && f->ranges[nr - 1].off + f->ranges[nr - 1].len == off) {
-		f->ranges[nr - 1].len += f->h->bundle;
+		f->ranges[nr - 1].len += len;
 		return nr;
 	}
 	f->ranges[nr].off = off;
-	f->ranges[nr].len = f->h->bundle;
+	f->ranges[nr].len = len;
 	return nr + 1;
 }
 
-/* Unmap bundles [i, j) of layer l (one call), counting them. */
-static int unmap_run(struct flash *f, int l, int32_t i, int32_t j)
+/* Neuron i of layer l is no longer held (its bundle unmapped or left). */
+static void forget(struct flash *f, int l, int32_t i)
 {
-	long r = sb_buf_unmap(f->buf,
-			      ((size_t)l * f->h->hidden + (size_t)i) *
-				      f->h->bundle,
-			      (size_t)(j - i) * f->h->bundle);
+	size_t g = (size_t)l * f->h->hidden + (size_t)i;
+
+	f->last[g] = -1;
+	if (f->half)
+		f->down[g] = 0;
+}
+
+
+/* Unmap [off, off+len) of the FFN buffer, counting the pages. */
+static int unmap_bytes(struct flash *f, size_t off, size_t len)
+{
+	long r = sb_buf_unmap(f->buf, off, len);
 
 	if (r < 0)
 		return (int)r;
@@ -182,9 +200,10 @@ static int release_leavers(struct flash *f, int l, int k)
 			continue;
 		}
 		for (j = i; j < H && last[j] >= 0 && last[j] <= old; j++)
-			last[j] = -1;
+			forget(f, l, j);
 		if (f->release != SBF_RELEASE_ADVISE) {
-			int e = unmap_run(f, l, i, j);
+			int e = unmap_bytes(f, bundle_off(f, l, i),
+					    (size_t)(j - i) * f->h->bundle);
 
 			if (e < 0)
 				return e;
@@ -231,46 +250,123 @@ static int lru_key(const struct flash *f, size_t g, int32_t last)
 	return a < AGE_BUCKETS ? a : AGE_BUCKETS - 1;
 }
 
+/* The key of a held down column (split fetch): tokens since its neuron
+ * last fired. */
+static int down_key(const struct flash *f, int32_t fired)
+{
+	int a = f->tok - fired;
+
+	if (a < 1)
+		a = 1;
+	return a < AGE_BUCKETS ? a : AGE_BUCKETS - 1;
+}
+
 static int release_lru(struct flash *f, int l, size_t need)
 {
-	int32_t *last = f->last + (size_t)l * f->h->hidden;
-	int32_t H = (int32_t)f->h->hidden;
 	size_t base = (size_t)l * f->h->hidden, freed = 0, want;
+	int32_t *last = f->last + base, H = (int32_t)f->h->hidden;
+	/* Split fetch: down columns age apart from their up rows, by when
+	 * their neuron last fired (the FFN reads one only then): a neuron
+	 * predicted often but firing rarely keeps its up row and loses its
+	 * down column, as the kernel's page cache would. */
+	const int32_t *fired = f->half ? f->fired + base : NULL;
+	uint8_t *down = f->half ? f->down + base : NULL;
+	size_t unit = f->half ? f->half : f->h->bundle, roff = 0, rlen = 0;
 	int cut;
 
 	if (!need)
 		return 0;
 	memset(f->age_count, 0, AGE_BUCKETS * sizeof(*f->age_count));
-	for (int32_t i = 0; i < H; i++)
+	for (int32_t i = 0; i < H; i++) {
 		if (last[i] >= 0 && last[i] < f->tok)
 			f->age_count[lru_key(f, base + (size_t)i, last[i])]++;
-	/* The smallest key whose bundles and all older ones free enough. */
-	want = (need + f->h->bundle - 1) / f->h->bundle;
+		if (down && down[i] && fired[i] < f->tok)
+			f->age_count[down_key(f, fired[i])]++;
+	}
+	/* The smallest key whose pages and all older ones free enough. */
+	want = (need + unit - 1) / unit;
 	for (cut = AGE_BUCKETS - 1; cut > 1; cut--) {
 		freed += f->age_count[cut];
 		if (freed >= want)
 			break;
 	}
-	for (int32_t i = 0; i < H;) {
-		int32_t j;
+	/* What goes, as byte ranges merged when adjacent (a down column
+	 * and the next neuron's up row are): one unmap each. */
+	for (int32_t i = 0; i < H; i++) {
+		size_t off = bundle_off(f, l, i), len = 0;
 		int r;
 
-		if (last[i] < 0 || last[i] >= f->tok ||
-		    lru_key(f, base + (size_t)i, last[i]) < cut) {
-			i++;
+		if (last[i] >= 0 && last[i] < f->tok &&
+		    lru_key(f, base + (size_t)i, last[i]) >= cut) {
+			len = f->h->bundle;	/* a down column goes too */
+			forget(f, l, i);
+			f->uses[base + (size_t)i] = 0;
+		} else if (down && down[i] && fired[i] < f->tok &&
+			   down_key(f, fired[i]) >= cut) {
+			off += f->half;
+			len = f->half;
+			down[i] = 0;
+		}
+		if (!len)
+			continue;
+		if (rlen && roff + rlen == off) {
+			rlen += len;
 			continue;
 		}
-		for (j = i; j < H && last[j] >= 0 && last[j] < f->tok &&
-			    lru_key(f, base + (size_t)j, last[j]) >= cut;
-		     j++) {
-			last[j] = -1;
-			f->uses[base + (size_t)j] = 0;
-		}
-		r = unmap_run(f, l, i, j);
-		if (r < 0)
+		if (rlen && (r = unmap_bytes(f, roff, rlen)) < 0)
 			return r;
-		i = j;
+		roff = off;
+		rlen = len;
 	}
+	return rlen ? unmap_bytes(f, roff, rlen) : 0;
+}
+
+/* Before bytes more are read for layer l: release what the policy says so
+ * that the pool stays under 90% of its budget. Returns 0 or -errno. */
+static int make_room(struct flash *f, int l, size_t bytes)
+{
+	double t0 = now_s();
+
+	if (f->release != SBF_RELEASE_NEVER) {
+		struct sb_stats st;
+		int over = 1;
+
+		if (f->release == SBF_RELEASE_AUTO ||
+		    f->release == SBF_RELEASE_ADVISE) {
+			sb_pool_stats(f->pool, &st);
+			if (st.bytes_resident > f->pool_peak)
+				f->pool_peak = st.bytes_resident;
+			over = st.bytes_resident + bytes >
+			       f->max_bytes / 10 * 9;
+		}
+		/* Auto: least recently and frequently used first, just
+		 * enough to make room (the whole budget stays in use). */
+		if (over && f->release == SBF_RELEASE_AUTO) {
+			size_t goal = f->max_bytes / 10 * 9, have =
+				st.bytes_resident + bytes;
+			int r = release_lru(f, l, have > goal ? have - goal : 0);
+
+			if (r < 0)
+				return f->t_release += now_s() - t0, r;
+			over = 0;
+		}
+		/* Under pressure the window shrinks (k, k - 1, ..., 1 tokens)
+		 * rather than let the pool drop bundles still in use. */
+		for (int kk = f->k; over && kk >= 1; kk--) {
+			int r = release_leavers(f, l, kk);
+
+			if (r < 0)
+				return f->t_release += now_s() - t0, r;
+			if (f->release != SBF_RELEASE_AUTO)
+				break;
+			sb_pool_stats(f->pool, &st);
+			over = st.bytes_resident + bytes >
+			       f->max_bytes / 10 * 9;
+			if (over && kk > 1)
+				f->shrunk++;
+		}
+	}
+	f->t_release += now_s() - t0;
 	return 0;
 }
 
@@ -278,9 +374,11 @@ static int flash_fetch(void *ctx, int l, const int32_t *idx, int n)
 {
 	struct flash *f = ctx;
 	int32_t *last = f->last + (size_t)l * f->h->hidden;
-	size_t nf = 0, nr = 0;
-	double t0, t1;
+	/* A fresh neuron's bundle, or with the split fetch its up row. */
+	size_t nf = 0, nr = 0, unit = f->half ? f->half : f->h->bundle;
+	double t1;
 	long q;
+	int r;
 
 	for (int j = 0; j < n; j++) {
 		uint8_t *u = &f->uses[(size_t)l * f->h->hidden + (size_t)idx[j]];
@@ -294,59 +392,66 @@ static int flash_fetch(void *ctx, int l, const int32_t *idx, int n)
 		if (*u < 255)
 			(*u)++;
 	}
-	t0 = now_s();
-	if (f->release != SBF_RELEASE_NEVER) {
-		struct sb_stats st;
-		int over = 1;
-
-		if (f->release == SBF_RELEASE_AUTO ||
-		    f->release == SBF_RELEASE_ADVISE) {
-			sb_pool_stats(f->pool, &st);
-			if (st.bytes_resident > f->pool_peak)
-				f->pool_peak = st.bytes_resident;
-			over = st.bytes_resident + nf * f->h->bundle >
-			       f->max_bytes / 10 * 9;
-		}
-		/* Auto: least recently and frequently used first, just
-		 * enough to make room (the whole budget stays in use). */
-		if (over && f->release == SBF_RELEASE_AUTO) {
-			size_t goal = f->max_bytes / 10 * 9, have =
-				st.bytes_resident + nf * f->h->bundle;
-			int r = release_lru(f, l, have > goal ? have - goal : 0);
-
-			if (r < 0)
-				return r;
-			over = 0;
-		}
-		/* Under pressure the window shrinks (k, k - 1, ..., 1 tokens)
-		 * rather than let the pool drop bundles still in use. */
-		for (int kk = f->k; over && kk >= 1; kk--) {
-			int r = release_leavers(f, l, kk);
-
-			if (r < 0)
-				return r;
-			if (f->release != SBF_RELEASE_AUTO)
-				break;
-			sb_pool_stats(f->pool, &st);
-			over = st.bytes_resident + nf * f->h->bundle >
-			       f->max_bytes / 10 * 9;
-			if (over && kk > 1)
-				f->shrunk++;
-		}
-	}
+	r = make_room(f, l, nf * unit);
+	if (r < 0)
+		return r;
 	t1 = now_s();
-	f->t_release += t1 - t0;
 	for (size_t j = 0; j < nf; j++) {
 		last[f->fresh[j]] = f->tok;
-		nr = add_range(f, nr, l, f->fresh[j]);
+		nr = add_range(f, nr, bundle_off(f, l, f->fresh[j]), unit);
 	}
 	f->new_neurons += nf;
+	f->new_bytes += nf * unit;
 	if (!nr)
 		return 0;
 	/* One submission for the layer; attention runs while it reads. */
 	q = sb_buf_prefetch(f->buf, f->ranges, nr,
 			    f->no_overlap ? SB_PREFETCH_WAIT : 0);
 	f->t_prefetch += now_s() - t1;
+	if (q < 0)
+		return (int)q;
+	f->prefetched += (uint64_t)q;
+	return 0;
+}
+
+/*
+ * Split fetch, after attention: the down columns of the neurons that fire
+ * (act > 0) and are not held yet, read now and waited for. The FFN reads
+ * no other down column, so a predicted neuron that does not fire costs
+ * only its up row: as with mmap, which reads 4 KiB pages as they are
+ * touched. One more round trip to the disk per layer.
+ */
+static int flash_fired(void *ctx, int l, const int32_t *idx, const float *act,
+		       int n)
+{
+	struct flash *f = ctx;
+	uint8_t *down = f->down + (size_t)l * f->h->hidden;
+	size_t nd = 0, nr = 0;
+	double t0;
+	long q;
+	int r;
+
+	for (int j = 0; j < n; j++) {
+		if (act[j] <= 0.0f)
+			continue;
+		f->fired[(size_t)l * f->h->hidden + (size_t)idx[j]] = f->tok;
+		if (!down[idx[j]]) {
+			down[idx[j]] = 1;
+			f->fresh[nd++] = idx[j];
+		}
+	}
+	if (!nd)
+		return 0;
+	r = make_room(f, l, nd * f->half);
+	if (r < 0)
+		return r;
+	for (size_t j = 0; j < nd; j++)
+		nr = add_range(f, nr, bundle_off(f, l, f->fresh[j]) + f->half,
+			       f->half);
+	f->new_bytes += nd * f->half;
+	t0 = now_s();
+	q = sb_buf_prefetch(f->buf, f->ranges, nr, SB_PREFETCH_WAIT);
+	f->t_wait += now_s() - t0;
 	if (q < 0)
 		return (int)q;
 	f->prefetched += (uint64_t)q;
@@ -472,7 +577,13 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 				 kv + SLACK_BYTES;
 
 		sb_pool_opts_init(&po);
-		po.page_size = (h.bundle & (h.bundle - 1)) ? 4096 : h.bundle;
+		/* Split: an up row and a down column per page. */
+		if (!o->whole_bundles && !(h.bundle & (h.bundle - 1)) &&
+		    h.bundle >= 8192)
+			fl.half = h.bundle / 2;
+		po.page_size = fl.half ? fl.half
+			       : (h.bundle & (h.bundle - 1)) ? 4096
+							     : h.bundle;
 		po.heap_size = (size_t)64 << 20;
 		po.numa_node = -1;
 		if (o->pool_bytes) {
@@ -513,9 +624,12 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 		fl.last = malloc((size_t)h.n_layers * h.hidden * 4);
 		fl.fresh = malloc((size_t)h.hidden * 4);
 		fl.uses = calloc((size_t)h.n_layers * h.hidden, 1);
+		fl.down = calloc((size_t)h.n_layers * h.hidden, 1);
+		fl.fired = calloc((size_t)h.n_layers * h.hidden, 4);
 		fl.age_count = malloc(AGE_BUCKETS * sizeof(*fl.age_count));
 		fl.ranges = malloc((size_t)h.hidden * sizeof(*fl.ranges));
-		if (!fl.last || !fl.fresh || !fl.ranges || !fl.uses ||
+		if (!fl.last || !fl.fresh || !fl.ranges || !fl.uses || !fl.down ||
+		    !fl.fired ||
 		    !fl.age_count) {
 			err = -ENOMEM;
 			goto out;
@@ -533,7 +647,8 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 	r.dense = o->mode == SBF_MMAP_DENSE;
 	r.measure = o->measure && o->mode == SBF_RESIDENT;
 	if (o->mode == SBF_FLASH)
-		r.hooks = (struct sbf_hooks){flash_fetch, flash_ready, &fl};
+		r.hooks = (struct sbf_hooks){flash_fetch, flash_ready,
+					     fl.half ? flash_fired : NULL, &fl};
 
 	if (fl.pool)
 		sb_pool_stats(fl.pool, &st0);
@@ -569,6 +684,8 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 		res->faults = st1.faults - st0.faults;
 		res->dropped = st1.pages_dropped - st0.pages_dropped;
 		res->new_neurons = fl.new_neurons;
+		res->new_bytes = fl.new_bytes;
+		res->split = fl.half != 0;
 		res->unmapped = fl.unmapped;
 		res->prefetched = fl.prefetched;
 		res->shrunk = fl.shrunk;
@@ -588,7 +705,7 @@ out:
 	sb_buf_destroy(fl.buf);
 	sb_pool_destroy(fl.pool);
 	free(fl.last), free(fl.fresh), free(fl.ranges);
-	free(fl.uses), free(fl.age_count);
+	free(fl.uses), free(fl.down), free(fl.fired), free(fl.age_count);
 	if (map != MAP_FAILED)
 		munmap(map, h.file_bytes);
 	free(resmem);

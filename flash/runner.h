@@ -44,6 +44,11 @@ struct sbf_opts {
 	int measure;		/* resident: also the predictor's recall */
 	int no_overlap;		/* flash: wait for the reads before attention
 				 * (to measure what the overlap is worth) */
+	int whole_bundles;	/* flash: fetch whole bundles before
+				 * attention, not up rows before it and the
+				 * down columns of the neurons that fire
+				 * after it (which needs halves of a power
+				 * of two, 4 KiB or more) */
 	int madv_random;	/* mmap_sparse: MADV_RANDOM on the FFN (no
 				 * read-around of 128 KiB per fault) */
 	int progress;		/* progress bar on stderr */
@@ -62,6 +67,9 @@ struct sbf_result {
 	uint64_t minflt, majflt;
 	uint64_t peak_rss;	/* VmHWM */
 	uint64_t new_neurons;	/* bundles that entered the window */
+	uint64_t new_bytes;	/* flash: bytes asked of the disk (bundles,
+				 * or up rows and down columns) */
+	int split;		/* flash: up rows and down columns apart */
 	uint64_t computed;	/* neurons computed */
 	uint64_t nonzero;	/* of those, active */
 	uint64_t n_true, n_true_pred; /* measure */

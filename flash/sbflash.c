@@ -6,7 +6,8 @@
  *   sbflash MODEL [--mode resident|flash|mmap_dense|mmap_sparse]
  *           [--budget BYTES] [-k K] [--threads N] [--steps S] [--seed S]
  *           [--release auto|always|never|advise] [--measure] [--logits FILE]
- *           [--madv-normal] [--no-overlap] [--json] [--progress|--no-progress]
+ *           [--madv-normal] [--no-overlap] [--whole-bundles]
+ *           [--json] [--progress|--no-progress]
  *   sbflash --help | --version
  *
  * Values are parsed strictly (common/cli.h): "--budget abc" or "--steps 0"
@@ -38,6 +39,7 @@ static void write_logits(void *ctx, int step, const float *logits, int n)
 enum {
 	OPT_MODE = 256, OPT_BUDGET, OPT_K, OPT_THREADS, OPT_STEPS, OPT_SEED,
 	OPT_RELEASE, OPT_MEASURE, OPT_LOGITS, OPT_MADV_NORMAL, OPT_NO_OVERLAP,
+	OPT_WHOLE,
 	OPT_JSON, OPT_PROGRESS, OPT_NO_PROGRESS,
 };
 
@@ -62,6 +64,10 @@ static const struct sbc_opt opts[] = {
 						 "kernel's read-around"},
 	{OPT_NO_OVERLAP, "--no-overlap", NULL, "flash: wait for the reads "
 					       "before attention"},
+	{OPT_WHOLE, "--whole-bundles", NULL, "flash: read whole bundles before "
+					     "attention (default: up rows "
+					     "before it, the down columns of "
+					     "the neurons that fire after it)"},
 	{OPT_JSON, "--json", NULL, "one JSON object on stdout"},
 	{OPT_PROGRESS, "--progress", NULL, "progress bar on stderr"},
 	{OPT_NO_PROGRESS, "--no-progress", NULL, "no progress bar"},
@@ -93,7 +99,6 @@ int main(int argc, char **argv)
 	const char *logits = NULL, *v;
 	FILE *lf = NULL;
 	int json = 0, threads = 0, err, opt;
-	double bundle_mib;
 
 	o.mode = SBF_FLASH;
 	o.k = 5;
@@ -145,6 +150,9 @@ int main(int argc, char **argv)
 		case OPT_NO_OVERLAP:
 			o.no_overlap = 1;
 			break;
+		case OPT_WHOLE:
+			o.whole_bundles = 1;
+			break;
 		case OPT_JSON:
 			json = 1;
 			break;
@@ -180,7 +188,6 @@ int main(int argc, char **argv)
 			sbf_mode_name(o.mode), strerror(-err));
 		return 1;
 	}
-	bundle_mib = r.h.bundle / 1048576.0;
 	if (json) {
 		printf("{\"mode\": \"%s\", \"model_bytes\": %llu, "
 		       "\"ffn_bytes\": %llu, \"budget_bytes\": %llu, "
@@ -201,8 +208,7 @@ int main(int argc, char **argv)
 		       (unsigned long long)r.faults,
 		       (unsigned long long)r.minflt,
 		       (unsigned long long)r.majflt,
-		       (unsigned long long)(r.new_neurons * r.h.bundle /
-					    (uint64_t)o.steps),
+		       (unsigned long long)(r.new_bytes / (uint64_t)o.steps),
 		       (double)r.computed / o.steps,
 		       (double)r.computed / o.steps /
 			       ((double)r.h.hidden * r.h.n_layers),
@@ -215,23 +221,26 @@ int main(int argc, char **argv)
 		       "\"header_sparsity\": %.4f, \"pool_bytes\": %llu, "
 		       "\"pool_peak_bytes\": %llu, \"unmapped_pages\": %llu, "
 		       "\"dropped_pages\": %llu, \"prefetched_pages\": %llu, "
-		       "\"window_shrinks\": %llu}\n",
+		       "\"window_shrinks\": %llu, \"split_fetch\": %s, "
+		       "\"read_unit_bytes\": %llu}\n",
 		       r.h.recall, r.h.precision, r.h.sparsity,
 		       (unsigned long long)r.pool_bytes,
 		       (unsigned long long)r.pool_peak,
 		       (unsigned long long)r.unmapped,
 		       (unsigned long long)r.dropped,
 		       (unsigned long long)r.prefetched,
-		       (unsigned long long)r.shrunk);
+		       (unsigned long long)r.shrunk,
+		       r.split ? "true" : "false",
+		       (unsigned long long)(r.split ? r.h.bundle / 2
+						    : r.h.bundle));
 		return 0;
 	}
 	printf("%s: %s mode, %d tokens in %.2f s: %.3f tokens/s\n", o.path,
 	       sbf_mode_name(o.mode), o.steps, r.seconds, r.tokens_per_s);
-	printf("  read %.2f MiB/token (new bundles entering the window: %.2f "
-	       "MiB/token), faults %llu (minflt %llu, majflt %llu), peak RSS "
-	       "%.0f MiB\n",
+	printf("  read %.2f MiB/token (asked of the disk: %.2f MiB/token), "
+	       "faults %llu (minflt %llu, majflt %llu), peak RSS %.0f MiB\n",
 	       r.bytes_read / 1048576.0 / o.steps,
-	       r.new_neurons * bundle_mib / o.steps,
+	       r.new_bytes / 1048576.0 / o.steps,
 	       (unsigned long long)r.faults, (unsigned long long)r.minflt,
 	       (unsigned long long)r.majflt, r.peak_rss / 1048576.0);
 	printf("  %.0f neurons computed per token (%.2f%% of all), %.1f%% of "

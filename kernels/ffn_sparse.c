@@ -96,3 +96,37 @@ SBK_API int sbk_ffn_sparse(float *out, const float *x, const void *bundles,
 	}
 	return 0;
 }
+
+static void act_item(void *ctx, int c)
+{
+	const struct ffn_job *j = ctx;
+	int j0 = c * SBKI_FFN_CHUNK;
+	int n = j->n - j0 < SBKI_FFN_CHUNK ? j->n - j0 : SBKI_FFN_CHUNK;
+
+	j->fn(NULL, j->x, j->bundles, j->stride, j->t, j->bias, j->idx + j0, n,
+	      j->dim, j->act + j0);
+}
+
+SBK_API int sbk_ffn_sparse_act(float *act, const float *x, const void *bundles,
+			       size_t stride, enum sbk_dtype dtype,
+			       const float *bias, const int32_t *idx, int n,
+			       int dim)
+{
+	struct ffn_job j = {pick(), NULL, x, bundles, stride, dtype, bias,
+			    idx, n, dim, act};
+	size_t esz = sbki_dtype_size(dtype);
+	int chunks;
+
+	if (!act || !x || dim <= 0 || n < 0 || !esz ||
+	    (n && (!bundles || !idx)))
+		return -EINVAL;
+	if (n && (stride < 2 * (size_t)dim * esz || stride % esz))
+		return -EINVAL;
+	chunks = (n + SBKI_FFN_CHUNK - 1) / SBKI_FFN_CHUNK;
+	if ((size_t)n * dim < SERIAL_MACS || sbk_get_threads() == 1)
+		for (int c = 0; c < chunks; c++)
+			act_item(&j, c);
+	else
+		sbki_parallel(chunks, act_item, &j);
+	return 0;
+}

@@ -20,6 +20,8 @@
  * of neuron i starts at (const char *)bundles + i * stride with the up row
  * (dim elements of t) followed by the down column (dim elements of t).
  * bias may be NULL (0). act, when not NULL, receives the n activations.
+ * out NULL: the activations only (act not NULL), no down column read; the
+ * dot products are the same code, so the same bits.
  */
 #define SBKI_DECLARE_FFN(isa)                                                  \
 	void sbki_ffn_chunk_##isa(float *out, const float *x,                  \

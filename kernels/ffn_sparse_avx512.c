@@ -50,7 +50,8 @@ SBKI_INLINE void chunk(float *out, const float *x, const void *bundles,
 		       size_t stride, enum sbk_dtype t, const float *bias,
 		       const int32_t *idx, int n, int dim, float *act)
 {
-	memset(out, 0, (size_t)dim * sizeof(*out));
+	if (out)
+		memset(out, 0, (size_t)dim * sizeof(*out));
 	for (int j = 0; j < n; j++) {
 		const char *b = (const char *)bundles + (size_t)idx[j] * stride;
 		float h = dot(b, x, t, dim) + (bias ? bias[idx[j]] : 0.0f);
@@ -58,7 +59,7 @@ SBKI_INLINE void chunk(float *out, const float *x, const void *bundles,
 		h = h > 0.0f ? h : 0.0f;
 		if (act)
 			act[j] = h;
-		if (h != 0.0f)
+		if (h != 0.0f && out)
 			axpy(out, h, b + (size_t)dim * sbki_dtype_size(t), t,
 			     dim);
 	}

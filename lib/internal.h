@@ -185,6 +185,8 @@ struct sbi_heap {
 				 * the window is let go of, pool.c) */
 	uint64_t serial;	/* unique per pool: stale run hints detect reuse */
 	char *map;		/* pool-side mapping, never registered */
+	/* Pages accessed through map since its last sweep (heap.c). */
+	_Atomic uint32_t pool_ptes;
 	/* Protected by pool->lock. */
 	uint32_t nused;		/* pages in state USED */
 	uint32_t nready, ndirty, nbusy, nevicted;
@@ -331,13 +333,19 @@ void sbi_heap_destroy(const struct sbi_page_source *src, struct sbi_heap *heap,
  * allocated (punch them). */
 int sbi_heap_zero(struct sbi_heap *heap, uint32_t idx, uint32_t n,
 		  size_t page_size);
-/* Drop the pool side's page-table entries of pages [idx, idx+n) after the
- * library read or wrote them through sbi_pid_mem: a page placed in a buffer
- * is then mapped once, and the process's RSS counts it once. The data
- * stays (shmem); a concurrent access through the pool side faults the
- * entry back in. */
-void sbi_heap_unmap_pool(struct sbi_heap *heap, uint32_t idx, uint32_t n,
-			 size_t page_size);
+/* After the library read or wrote a page of the heap through sbi_pid_mem:
+ * its pool-side page-table entry is to go, so that a page placed in a
+ * buffer is mapped once and the process's RSS counts it once. They go in
+ * batches: every SBI_POOL_SWEEP_BYTES of pages noted, one MADV_DONTNEED of
+ * the whole pool-side mapping (sbi_heap_sweep_pool), because each madvise
+ * costs a TLB shootdown (see heap.c). The data stays (shmem); an access
+ * through the pool side meanwhile faults the entry back in. The caller
+ * holds a page of the heap (so the heap outlives the call). */
+#define SBI_POOL_SWEEP_BYTES ((size_t)2 << 20)
+void sbi_heap_unmap_pool(struct sbi_heap *heap, size_t page_size);
+/* Drop every pool-side entry of the heap now, if any page was noted since
+ * the last sweep. pool->lock held, or a page of the heap held. */
+void sbi_heap_sweep_pool(struct sbi_heap *heap, size_t page_size);
 /* Give the physical memory back (hole punch). */
 void sbi_heap_punch(struct sbi_heap *heap, uint32_t idx, uint32_t n,
 		    size_t page_size);
@@ -470,6 +478,10 @@ struct sb_pool {
 	size_t ready_min, ready_max;
 	size_t ready_floor;	/* sb_pool_reserve: target never below */
 	size_t misses;		/* sync prepares since the last tick */
+	/* Page-ins (SBI_ALLOC_OVERWRITE) since the last tick, and the freed
+	 * pages the ready thread keeps for them rather than punch (ready.c:
+	 * a page-in overwrites a freed page as it is). */
+	size_t overwrites, dirty_keep;
 	/* The target stays within max(ready_max, ready_floor): the adaptive
 	 * part never adds to an explicit floor. */
 	unsigned quiet_ticks;	/* ticks in a row without a miss */
@@ -566,8 +578,7 @@ static inline char *sbi_pid_mem(struct sb_pool *pool, sbi_pid p)
  * after every access through sbi_pid_mem. */
 static inline void sbi_pid_unmap_pool(struct sb_pool *pool, sbi_pid p)
 {
-	sbi_heap_unmap_pool(sbi_pid_heap(pool, p), sbi_pid_index(pool, p), 1,
-			    pool->page_size);
+	sbi_heap_unmap_pool(sbi_pid_heap(pool, p), pool->page_size);
 }
 
 /* ---- process.c: per-process state, fork, the default pool -----------------*/

@@ -317,6 +317,38 @@ static bool find_backed(struct sb_pool *pool, sbi_pid *out, bool *busy)
 	return false;
 }
 
+/* A free page with old contents (DIRTY) not earmarked for another run's
+ * buffer; pool->lock held. */
+static bool find_dirty(struct sb_pool *pool, const struct sb_buf *buf,
+		       sbi_pid *out)
+{
+	SBI_HELD(&pool->lock);
+	for (uint32_t s = 0; s < pool->heap_hi; s++) {
+		struct sbi_heap *h = pool->heaps[s];
+		const uint8_t *p, *end;
+
+		if (!h || !h->ndirty)
+			continue;
+		end = h->state + h->npages;
+		for (p = h->state; (p = memchr(p, SBI_PG_DIRTY, (size_t)(end - p)));
+		     p++) {
+			uint32_t i = (uint32_t)(p - h->state);
+
+			if (!h->owner[i] || h->owner[i] == buf->id) {
+				*out = s * pool->pages_per_heap + i;
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+/* Whether a page-in should take a freed page rather than allocate one. */
+static bool overwrite_dirty(const struct sb_pool *pool, unsigned flags)
+{
+	return (flags & SBI_ALLOC_OVERWRITE) && pool->dirty;
+}
+
 /*
  * Wait for the ready thread to finish a BUSY page; pool->lock held. It needs
  * tens of microseconds, less than a cross-CPU wake-up costs in a VM, so
@@ -407,6 +439,21 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 		     bool have_hint, sbi_pid *out, unsigned flags)
 {
 	bool tried_cursor = false;
+
+	/* A page-in overwrites every byte: a freed page as it is costs
+	 * nothing, where continuing a run on an unbacked page costs an
+	 * allocation and zeroing (and memory punched meanwhile comes back
+	 * from the host cold). Pages freed lately are kept for this
+	 * (ready.c). A run's next page that has memory is still taken. */
+	if (overwrite_dirty(pool, flags)) {
+		struct sbi_heap *h = have_hint ? hint_heap(pool, *hint) : NULL;
+		uint32_t i = have_hint ? sbi_pid_index(pool, *hint) : 0;
+
+		if (!(usable(h, i, buf) && h->state[i] != SBI_PG_UNBACKED) &&
+		    find_dirty(pool, buf, out))
+			return take_page(pool, sbi_pid_heap(pool, *out),
+					 sbi_pid_index(pool, *out), flags);
+	}
 
 	for (;;) {
 		struct sbi_heap *h = NULL;
@@ -522,7 +569,10 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 		uint32_t i = sbi_pid_index(pool, hint);
 		sbi_pid next;
 
-		if (usable(h, i + 1, buf)) {
+		if (overwrite_dirty(pool, flags)) {
+			/* Page-ins continue on freed pages: nothing to
+			 * make ready for them. */
+		} else if (usable(h, i + 1, buf)) {
 			sbi_ready_want(pool, hint + 1, 0);
 			if (usable(h, i + 2, buf))
 				sbi_ready_want(pool, hint + 2, 1);
@@ -534,6 +584,8 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 				sbi_ready_want(pool, next + 1, 1);
 		}
 	}
+	if (flags & SBI_ALLOC_OVERWRITE)
+		pool->overwrites += n;
 	if (misses) {
 		pool->misses += misses;
 		pool->ready_target += misses;

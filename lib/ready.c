@@ -17,10 +17,13 @@
  *      first page of the site where the next run will start (adding a heap
  *      ahead if none has room), so the next new run does not wait either;
  *   3. punch free backed pages beyond the reserve target, up to 64 at a
- *      time (memory goes back to the system promptly after an unmap);
+ *      time (memory goes back to the system promptly after an unmap),
+ *      except freed pages kept for page-ins: as many as page-ins took in
+ *      the last 100 ms (a page-in overwrites one as it is, pool.c);
  *   4. zero freed (dirty) pages into the reserve;
  *   5. every 100 ms: release empty heaps but one spare; after a second in
- *      which no caller had to prepare a page itself, shrink the target.
+ *      which no caller had to prepare a page itself, shrink the target;
+ *      sweep the heaps' pool-side page-table entries (heap.c).
  * The target grows by one page for every page a caller had to prepare or
  * wait for (pool.c), between 1 MiB and 64 MiB worth of pages: the reserve
  * follows the growth rate. It never takes the pool past its budget.
@@ -164,7 +167,11 @@ static enum work pick_work(struct sb_pool *pool, bool may_back,
 		}
 		w = want_work(pool, may_back, *hp, *ip);
 	}
-	spare = pool->ready + pool->dirty;
+	/* Freed pages that page-ins will take as they are (pool.c) are
+	 * neither punched nor zeroed. */
+	spare = pool->ready + (pool->dirty > pool->dirty_keep
+				       ? pool->dirty - pool->dirty_keep
+				       : 0);
 	if (w == W_NONE && spare > pool->ready_target) {
 		/* Punch the excess, a stretch of dirty pages at a time. */
 		if (find_state(pool, SBI_PG_DIRTY, hp, ip) ||
@@ -177,7 +184,7 @@ static enum work pick_work(struct sb_pool *pool, bool may_back,
 				(*np)++;
 			w = W_PUNCH;
 		}
-	} else if (w == W_NONE && pool->dirty &&
+	} else if (w == W_NONE && pool->dirty > pool->dirty_keep &&
 		   pool->ready < pool->ready_target) {
 		if (find_state(pool, SBI_PG_DIRTY, hp, ip))
 			w = W_ZERO;
@@ -288,7 +295,18 @@ static void tick(struct sb_pool *pool)
 		pool->quiet_ticks = 0;
 	}
 	pool->misses = 0;
+	/* Freed pages kept for page-ins: as many as the last tick's took,
+	 * halving each tick they stop (gone within a second). */
+	pool->dirty_keep = pool->overwrites > pool->dirty_keep / 2
+				   ? pool->overwrites
+				   : pool->dirty_keep / 2;
+	pool->overwrites = 0;
 	sbi_ready_trim(pool, true, false);
+	/* Pool-side entries left from the last burst (heap.c); heaps leave
+	 * pool->heaps under the lock, so none goes away meanwhile. */
+	for (uint32_t s = 0; s < pool->heap_hi; s++)
+		if (pool->heaps[s])
+			sbi_heap_sweep_pool(pool->heaps[s], pool->page_size);
 }
 
 /* Sleep until work may be there. While allocations keep coming (the last

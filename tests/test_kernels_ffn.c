@@ -167,6 +167,27 @@ static void check_case(int dim, int neurons, int n, enum sbk_dtype t,
 				FAIL("%s: activation %d: %g vs %g",
 				     sbk_isa_name(isas[v]), j, act[j], ract[j]);
 	}
+	/* The activations alone: the same bits as the full kernel's, on
+	 * every variant (a caller fetches the down columns they select). */
+	for (size_t v = 0; v < sizeof(isas) / sizeof(isas[0]); v++) {
+		float *full = v ? act : ract;
+
+		if (!sbk_isa_supported(isas[v]))
+			continue;
+		CHECK(sbk_set_isa(isas[v]) == 0);
+		if (v)
+			CHECK(sbk_ffn_sparse(out, x, f.b, f.stride, t,
+					     use_bias ? f.bias : NULL, idx, n,
+					     dim, act) == 0);
+		memset(out, 0xff, (size_t)dim * 4);
+		CHECK(sbk_ffn_sparse_act((float *)out, x, f.b, f.stride, t,
+					 use_bias ? f.bias : NULL, idx,
+					 n < dim ? n : dim, dim) == 0);
+		if (memcmp(out, full, (size_t)(n < dim ? n : dim) * 4))
+			FAIL("%s: sbk_ffn_sparse_act differs from the "
+			     "activations of sbk_ffn_sparse (dim %d n %d)",
+			     sbk_isa_name(isas[v]), dim, n);
+	}
 	sbk_set_isa(SBK_ISA_AUTO);
 	free(f.b), free(f.bias), free(x), free(ref), free(out), free(act);
 	free(ract), free(orc), free(idx);
@@ -244,6 +265,41 @@ static void check_guard(void)
 		}
 }
 
+/* sbk_ffn_sparse_act reads up rows only: a bundle whose down column is
+ * PROT_NONE does not fault, and a firing neuron's activation comes out. */
+static void check_act_up_only(void)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	int dim = (int)(pg / 4);
+	char *m = mmap(NULL, 2 * (size_t)pg, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	float *x = malloc((size_t)dim * 4), act[2];
+	int32_t idx[2] = {0, 0};
+
+	CHECK(m != MAP_FAILED && x);
+	for (int k = 0; k < dim; k++)
+		x[k] = 1.0f, ((float *)m)[k] = k % 2 ? 0.5f : 1.0f;
+	CHECK(mprotect(m + pg, pg, PROT_NONE) == 0);
+	for (size_t v = 0; v < sizeof(isas) / sizeof(isas[0]); v++) {
+		if (!sbk_isa_supported(isas[v]))
+			continue;
+		CHECK(sbk_set_isa(isas[v]) == 0);
+		act[0] = act[1] = -1.0f;
+		CHECK(sbk_ffn_sparse_act(act, x, m, 2 * (size_t)pg, SBK_F32,
+					 NULL, idx, 2, dim) == 0);
+		if (fabsf(act[0] - 0.75f * dim) > 1e-3f * dim || act[1] != act[0])
+			FAIL("%s: activation %g, want %g",
+			     sbk_isa_name(isas[v]), act[0], 0.75 * dim);
+	}
+	sbk_set_isa(SBK_ISA_AUTO);
+	CHECK(sbk_ffn_sparse_act(NULL, x, m, 2 * (size_t)pg, SBK_F32, NULL,
+				 idx, 1, dim) == -EINVAL);
+	CHECK(sbk_ffn_sparse_act(act, x, m, 4, SBK_F32, NULL, idx, 1, dim) ==
+	      -EINVAL);
+	munmap(m, 2 * (size_t)pg);
+	free(x);
+}
+
 static int child(const char *name)
 {
 	(void)name;
@@ -275,6 +331,7 @@ static int main_test(void)
 	printf("\n");
 	check_threads();
 	check_guard();
+	check_act_up_only();
 
 	/* n = 0: zeros; bad arguments: -EINVAL. */
 	out[0] = 1;

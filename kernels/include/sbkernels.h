@@ -297,6 +297,22 @@ int sbk_ffn_sparse(float *out,		 /* (dim) */
 		   const int32_t *idx,	 /* (n) */
 		   int n, int dim, float *act /* (n) or NULL */);
 
+/*
+ * The activations alone: act[j] = relu(dot(up(i), x) + bias[i]), i =
+ * idx[j], bit for bit what sbk_ffn_sparse stores in its act for the same
+ * arguments, reading only the up rows. A caller that fetches weights on
+ * demand computes these first and reads the down columns of the neurons
+ * that fire (act[j] > 0) before calling sbk_ffn_sparse, which reads no
+ * other. Returns 0 or -EINVAL (as sbk_ffn_sparse; act must not be NULL).
+ */
+int sbk_ffn_sparse_act(float *act,	     /* (n) */
+		       const float *x,	     /* (dim) */
+		       const void *bundles,  /* (neurons, stride bytes) */
+		       size_t stride, enum sbk_dtype dtype,
+		       const float *bias,    /* (neurons) or NULL */
+		       const int32_t *idx,   /* (n) */
+		       int n, int dim);
+
 #ifdef __cplusplus
 }
 #endif
