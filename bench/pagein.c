@@ -46,7 +46,7 @@
  * with the right contents): every word non-zero, a function of its offset.
  *
  * Usage: pagein [--dir D] [--size 2G] [--quick] [--reps N] [--page-size P]
- *               [--touch word|sum] [--no-drop-caches] [--sweep]
+ *               [--touch word|sum] [--no-drop-caches] [--no-settle] [--sweep]
  *               [--only seq,rand,evict] [--rand-blocks N] [--evict-size S]
  *               [--verbose]
  *   --quick  64 MiB file, 16 MiB evicted, one rep: a smoke run of seconds
@@ -217,6 +217,52 @@ static size_t cached_pages(void)
 	return in;
 }
 
+/*
+ * Freed memory. Where the kernel has free page reporting (virtio-balloon;
+ * the AMD EPYC VMs here: page_reporting_order 9), 2 MiB blocks the guest
+ * frees go back to the host within seconds, and the next first touch of
+ * them faults on the host: 5.7-6.7 us per 4 KiB against 2.0 us for memory
+ * freed just before (docs/PERFORMANCE.md, Page-ins under churn). Which
+ * contender got memory the previous one had just freed was then luck: it
+ * moved mmap's CPU time for the same read by 20x between runs. So every
+ * contender starts once reporting has caught up (--no-settle: at once):
+ * fresh memory is then as cold for each as on a machine up for hours.
+ */
+static const char reported_path[] =
+	"/sys/module/page_reporting/parameters/reported_kib";
+static bool settle_free = true;
+
+static long long reported_kib(void)
+{
+	long long v = -1;
+	FILE *f = fopen(reported_path, "r");
+
+	if (f) {
+		if (fscanf(f, "%lld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+/* Wait until free page reporting has stood still for a second: it starts
+ * 2 s after a free (the kernel's PAGE_REPORTING_DELAY). At most 20 s. */
+static void settle(void)
+{
+	long long last = reported_kib(), now;
+	int still = 0;
+
+	if (!settle_free || last < 0)
+		return;
+	usleep(2500 * 1000);
+	for (int t = 0; t < 70 && still < 4; t++) {
+		usleep(250 * 1000);
+		now = reported_kib();
+		still = now == last ? still + 1 : 0;
+		last = now;
+	}
+}
+
 static void cold(void)
 {
 	size_t in;
@@ -235,6 +281,8 @@ static void cold(void)
 	if (in)
 		fprintf(stderr, "pagein: warning: %zu KiB of %s still cached\n",
 			in * 4, path);
+	if (drop_all)
+		settle();
 }
 
 /* ---- clocks ------------------------------------------------------------------ */
@@ -1115,7 +1163,7 @@ static int run_one(const char *what, const char *fifo)
 enum {
 	OPT_DIR = 1, OPT_SIZE, OPT_QUICK, OPT_REPS, OPT_PAGE, OPT_TOUCH,
 	OPT_NO_DROP, OPT_SWEEP, OPT_ONLY, OPT_RAND_BLOCKS, OPT_EVICT_SIZE,
-	OPT_VERBOSE, OPT_RUN, OPT_WAIT,
+	OPT_VERBOSE, OPT_RUN, OPT_WAIT, OPT_NO_SETTLE,
 };
 
 static const struct sbc_opt opts[] = {
@@ -1132,6 +1180,9 @@ static const struct sbc_opt opts[] = {
 					   "word)"},
 	{OPT_NO_DROP, "--no-drop-caches", NULL, "leave the machine's page "
 						"cache alone"},
+	{OPT_NO_SETTLE, "--no-settle", NULL, "start each run at once, not "
+					     "once free page reporting has "
+					     "settled"},
 	{OPT_SWEEP, "--sweep", NULL, "sequential sparsebuf at 64K..4M pages"},
 	{OPT_ONLY, "--only", "seq,rand,evict", "run only these parts"},
 	{OPT_RAND_BLOCKS, "--rand-blocks", "N", "random blocks (default a "
@@ -1180,6 +1231,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_NO_DROP:
 			drop_all = false;
+			break;
+		case OPT_NO_SETTLE:
+			settle_free = false;
 			break;
 		case OPT_SWEEP:
 			sweep = true;
@@ -1276,6 +1330,11 @@ int main(int argc, char **argv)
 	       path, fsize >> 20, reps,
 	       drop_all && geteuid() == 0 ? " + drop_caches" : "", rak,
 	       have_fio ? "" : "; fio NOT installed (make deps-bench): its rows are skipped");
+	if (drop_all && settle_free && reported_kib() >= 0)
+		printf("pagein: free page reporting is on (%s): every run "
+		       "starts once it has settled, on memory as cold as a "
+		       "long-running machine's (--no-settle: at once)\n",
+		       reported_path);
 	if (sweep) {
 		static const size_t ps[] = {64 * KIB, 256 * KIB, 1 * MIB, 2 * MIB,
 					    4 * MIB};

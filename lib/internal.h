@@ -631,6 +631,10 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint,
  * (-EDQUOT) rather than break the buffer's run of heap pages (which would
  * cost a mapping). Set by sbi_alloc once the daemon said no. */
 #define SBI_ALLOC_LEASED (1u << 3)
+/* SCATTER (with OVERWRITE): the first page of a page-in request, which may
+ * take a freed page anywhere in the pool rather than allocate the next page
+ * of a run (pool.c). */
+#define SBI_ALLOC_SCATTER (1u << 4)
 /* Add / drop one reference to each page (SBI_NOPAGE entries skipped). A
  * page whose last reference goes returns to the pool. */
 void sbi_pool_ref(struct sb_pool *pool, const sbi_ptref *refs, size_t n);
@@ -1170,10 +1174,12 @@ uint32_t sbi_spill_crc(struct sbi_disk *d, uint32_t slot);
  * request goes to *out (submitted by the caller with sbi_io_submit).
  * ahead: read ahead of a touch (no test failure injected); nowait: nobody
  * waits for this read (read ahead, prefetch without WAIT), so at the budget
- * it does not wait for busy buffers (SBI_ALLOC_NOWAIT). Returns 0 or
- * -errno (the page is then left as it was). */
+ * it does not wait for busy buffers (SBI_ALLOC_NOWAIT); first: the first
+ * page of its request (a touch, or a prefetch range), which may take a
+ * freed page anywhere (SBI_ALLOC_SCATTER). Returns 0 or -errno (the page
+ * is then left as it was). */
 int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
-		     bool reg_held, bool ahead, bool nowait);
+		     bool reg_held, bool ahead, bool nowait, bool first);
 /* Fault on a DISK page: start its read (and readahead), or just wait for
  * the read in flight. buf->lock and reg_lock held. */
 void sbi_pagein_fault(struct sb_buf *buf, size_t idx);

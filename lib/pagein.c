@@ -284,7 +284,7 @@ void sbi_buf_let_io_in(struct sb_buf *buf)
 /* ---- starting page-ins ---------------------------------------------------------- */
 
 int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
-		     bool reg_held, bool ahead, bool nowait)
+		     bool reg_held, bool ahead, bool nowait, bool first)
 {
 	struct sb_pool *pool = buf->pool;
 	struct sbi_disk *d = pool->disk;
@@ -298,8 +298,9 @@ int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
 	if (!io)
 		return -ENOMEM;
 	r = sbi_alloc(pool, buf, hint, 1, &pid,
-		      SBI_ALLOC_PAGEIN | (nowait ? SBI_ALLOC_NOWAIT : 0), buf,
-		      reg_held);
+		      SBI_ALLOC_PAGEIN | (nowait ? SBI_ALLOC_NOWAIT : 0) |
+			      (first ? SBI_ALLOC_SCATTER : 0),
+		      buf, reg_held);
 	if (r < 0) {
 		sbi_io_put(d->io, io);
 		return r;
@@ -368,7 +369,8 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 
 		if (!wants_read(buf->pte[j]))
 			continue;
-		r = sbi_pagein_start(buf, j, &ios[n], true, j != idx, j != idx);
+		r = sbi_pagein_start(buf, j, &ios[n], true, j != idx, j != idx,
+				     j == idx);
 		if (r < 0) {
 			if (j == idx) {
 				/* The touched page cannot be read in:
@@ -433,7 +435,7 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 			if (!wants_read(buf->pte[i]))
 				continue;
 			r = sbi_pagein_start(buf, i, &ios[n], true, false,
-					     !wait);
+					     !wait, i == sp[k].first);
 			if (r < 0)
 				break;
 			queued++;

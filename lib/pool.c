@@ -436,23 +436,28 @@ static uint32_t next_run_pages(const struct sb_pool *pool,
 }
 
 static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
-		     bool have_hint, sbi_pid *out, unsigned flags)
+		     bool have_hint, sbi_pid *out, unsigned flags,
+		     bool *scattered)
 {
 	bool tried_cursor = false;
 
-	/* A page-in overwrites every byte: a freed page as it is costs
-	 * nothing, where continuing a run on an unbacked page costs an
-	 * allocation and zeroing (and memory punched meanwhile comes back
-	 * from the host cold). Pages freed lately are kept for this
-	 * (ready.c). A run's next page that has memory is still taken. */
-	if (overwrite_dirty(pool, flags)) {
-		struct sbi_heap *h = have_hint ? hint_heap(pool, *hint) : NULL;
-		uint32_t i = have_hint ? sbi_pid_index(pool, *hint) : 0;
-
-		if (!(usable(h, i, buf) && h->state[i] != SBI_PG_UNBACKED) &&
-		    find_dirty(pool, buf, out))
-			return take_page(pool, sbi_pid_heap(pool, *out),
-					 sbi_pid_index(pool, *out), flags);
+	/* The first page of a page-in request (SCATTER) overwrites every
+	 * byte: a freed page as it is costs nothing, where the next page of
+	 * a run, unbacked, costs an allocation and zeroing (and memory
+	 * punched meanwhile comes back from the host cold). Pages freed
+	 * lately are kept for this (ready.c). The request's other pages,
+	 * read ahead or in its range, continue the run from there: a
+	 * sequential stream keeps one mapping per request, not one per page
+	 * (vm.max_map_count). */
+	if ((flags & SBI_ALLOC_SCATTER) && overwrite_dirty(pool, flags) &&
+	    !(have_hint && usable(hint_heap(pool, *hint),
+				  sbi_pid_index(pool, *hint), buf) &&
+	      hint_heap(pool, *hint)->state[sbi_pid_index(pool, *hint)] !=
+		      SBI_PG_UNBACKED) &&
+	    find_dirty(pool, buf, out)) {
+		*scattered = true;
+		return take_page(pool, sbi_pid_heap(pool, *out),
+				 sbi_pid_index(pool, *out), flags);
 	}
 
 	for (;;) {
@@ -523,6 +528,7 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 	bool have_hint = !sbi_ptref_none(hint1);
 	sbi_pid hint = have_hint ? sbi_ptref_pid(hint1) : 0;
 	size_t got = 0, misses = 0;
+	bool scattered = false;
 	int r = 0;
 
 	if (n > sizeof(prep_small)) {
@@ -541,7 +547,9 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 		/* Continue after the previous page, within its heap. */
 		if (have_hint && sbi_pid_index(pool, ++hint) == 0)
 			have_hint = false;
-		r = alloc_one(pool, buf, &hint, have_hint, &out[got], flags);
+		scattered = false;
+		r = alloc_one(pool, buf, &hint, have_hint, &out[got], flags,
+			      &scattered);
 		if (r < 0)
 			break;
 		prep[got] = (uint8_t)r;
@@ -569,9 +577,9 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 		uint32_t i = sbi_pid_index(pool, hint);
 		sbi_pid next;
 
-		if (overwrite_dirty(pool, flags)) {
-			/* Page-ins continue on freed pages: nothing to
-			 * make ready for them. */
+		if (scattered) {
+			/* A freed page taken out of any run: the next
+			 * page-in takes one too, nothing to make ready. */
 		} else if (usable(h, i + 1, buf)) {
 			sbi_ready_want(pool, hint + 1, 0);
 			if (usable(h, i + 2, buf))

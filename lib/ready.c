@@ -173,11 +173,19 @@ static enum work pick_work(struct sb_pool *pool, bool may_back,
 				       ? pool->dirty - pool->dirty_keep
 				       : 0);
 	if (w == W_NONE && spare > pool->ready_target) {
-		/* Punch the excess, a stretch of dirty pages at a time. */
-		if (find_state(pool, SBI_PG_DIRTY, hp, ip) ||
+		/* Punch the excess, a stretch of dirty pages at a time (but
+		 * not the freed pages kept, then ready pages). */
+		size_t excess_dirty = pool->dirty > pool->dirty_keep
+					      ? pool->dirty - pool->dirty_keep
+					      : 0;
+
+		if ((excess_dirty && find_state(pool, SBI_PG_DIRTY, hp, ip)) ||
 		    find_state(pool, SBI_PG_READY, hp, ip)) {
 			uint8_t st = (*hp)->state[*ip];
 			size_t max = spare - pool->ready_target;
+
+			if (st == SBI_PG_DIRTY && max > excess_dirty)
+				max = excess_dirty;
 
 			while (*np < max && *np < 64 && *ip + *np < (*hp)->npages &&
 			       (*hp)->state[*ip + *np] == st)
@@ -300,6 +308,10 @@ static void tick(struct sb_pool *pool)
 	pool->dirty_keep = pool->overwrites > pool->dirty_keep / 2
 				   ? pool->overwrites
 				   : pool->dirty_keep / 2;
+	/* No more than the reserve may hold: bytes_resident keeps within
+	 * the pages in use + a page per region + the reserve's cap. */
+	if (pool->dirty_keep > sbi_ready_cap(pool))
+		pool->dirty_keep = sbi_ready_cap(pool);
 	pool->overwrites = 0;
 	sbi_ready_trim(pool, true, false);
 	/* Pool-side entries left from the last burst (heap.c); heaps leave
