@@ -154,10 +154,15 @@ mode_args() {
 
 # run MODE LIMIT(0: none) [perf]: one sbflash run; sets $res (its JSON)
 # and $peak.
+# The host's steal time so far, in clock ticks (/proc/stat): a VM's
+# neighbours take CPU from every mode alike only on average; each mode's
+# line says how much it lost.
+steal_ticks() { awk '/^cpu / { print $9; exit }' /proc/stat 2>/dev/null || echo 0; }
 run() {
 	mode=$1 limit=$2
 	logits="$out/logits-$mode.bin"
 	cold
+	steal0=$(steal_ticks)
 	set -- "$build/bin/sbflash" "$model" $(mode_args "$mode") --budget "$budget" \
 		-k "$k" --steps "$steps" --seed "$seed" --threads "$threads" \
 		--logits "$logits" --json $progress
@@ -178,6 +183,7 @@ run() {
 	\{*) ;;
 	*) say "$mode: failed"; res="" ;;
 	esac
+	steal=$(awk "BEGIN { printf \"%.2f\", ($(steal_ticks) - $steal0) / $(getconf CLK_TCK) }")
 }
 
 # perf_run MODE LIMIT: fault counts of a whole run (loading included)
@@ -237,7 +243,7 @@ for mode in resident mmap_dense mmap_sparse sparsebuf sparsebuf_whole; do
 	[ $mode = sparsebuf ] && unit_sparsebuf=$(jget "$res" read_unit_bytes)
 	say "  $tps tokens/s, $(awk "BEGIN { printf \"%.1f\", $brt / 2^20 }") MiB read/token," \
 		"$flt faults, peak $(awk "BEGIN { printf \"%.0f\", $peak / 2^20 }") MiB" \
-		"(budget $(awk "BEGIN { printf \"%.0f\", $budget / 2^20 }") MiB)"
+		"(budget $(awk "BEGIN { printf \"%.0f\", $budget / 2^20 }") MiB); host steal $steal s"
 	if [ $fits = 0 ]; then
 		json_modes="$json_modes\"resident\": null, "
 		over_resident="(no-limit)"
