@@ -211,7 +211,7 @@ static int main_test(void)
 	 * neuron that does not fire is never read; nothing read twice. */
 	o = small(9, 2);
 	o.dim = 2048;
-	o.hidden = 2048;
+	o.hidden = 1024;
 	CHECK(sbf_generate(a, &o, &h) == 0);
 	ffn_third = h.ffn_bytes / 3;
 	rr = run(a, SBF_RESIDENT, 0, SBF_RELEASE_AUTO, ref);

@@ -720,12 +720,6 @@ static void test_env(void)
 	}
 }
 
-#if defined(__SANITIZE_THREAD__)
-#define UNDER_TSAN 1
-#else
-#define UNDER_TSAN 0
-#endif
-
 static int main_test(void)
 {
 	static const char *const lacks[SBK_ISA_COUNT] = {
