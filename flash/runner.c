@@ -172,7 +172,6 @@ static void forget(struct flash *f, int l, int32_t i)
 		f->down[g] = 0;
 }
 
-
 /* Unmap [off, off+len) of the FFN buffer, counting the pages. */
 static int unmap_bytes(struct flash *f, size_t off, size_t len)
 {

@@ -4,8 +4,8 @@
  * pool-side mapping through which the library copies, checks and does I/O
  * on pages. Zeroing goes through the file. The pool side keeps at most
  * 2 MiB of page-table entries per heap between operations, for at most
- * 100 ms (sbi_heap_unmap_pool). The pool-side mapping is never registered with userfaultfd, so the handler
- * thread may touch it. The file comes from the pool's page source
+ * 100 ms (sbi_heap_unmap_pool). The pool-side mapping is never registered
+ * with userfaultfd, so the handler thread may touch it. The file comes from the pool's page source
  * (source.c): the process's own memfd, or later a daemon's lease.
  */
 #include "internal.h"
@@ -181,10 +181,11 @@ int sbi_heap_zero(struct sbi_heap *h, uint32_t idx, uint32_t n,
 void sbi_heap_unmap_pool(struct sbi_heap *h, size_t page_size)
 {
 	uint32_t batch = (uint32_t)(SBI_POOL_SWEEP_BYTES / page_size);
+	uint32_t noted = atomic_fetch_add_explicit(&h->pool_ptes, 1,
+						   memory_order_relaxed) +
+			 1;
 
-	if (atomic_fetch_add_explicit(&h->pool_ptes, 1, memory_order_relaxed) +
-		    1 >=
-	    (batch ? batch : 1))
+	if (noted >= (batch ? batch : 1))
 		sbi_heap_sweep_pool(h, page_size);
 }
 
