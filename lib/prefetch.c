@@ -49,14 +49,14 @@ void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end)
 	pthread_mutex_unlock(&pool->pf_lock);
 }
 
-/* Pages of [first, end) placed or on disk, if the buffer lock is free; 0 (count them
- * all as queued) when a placement holds it: the caller must not wait. */
+/* Pages of [first, end) placed or on disk, if the buffer lock is free; -1
+ * when a placement holds it: the caller must not wait. */
 static long count_placed(struct sb_buf *buf, size_t first, size_t end)
 {
 	long n = 0;
 
 	if (pthread_mutex_trylock(&buf->lock) != 0)
-		return 0;
+		return -1;
 	for (size_t i = first; i < end; i++)
 		/* Placed, or on disk (a read was just queued for it). */
 		n += sbi_pte_has_page(buf->pte[i]) || (buf->pte[i] & SBI_PTE_DISK);
@@ -151,6 +151,7 @@ SB_API long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
 {
 	struct sb_pool *pool;
 	long queued = 0;
+	bool disk;
 
 	if (!buf || (!ranges && n) || (flags & ~SB_PREFETCH_WAIT))
 		return -EINVAL;
@@ -161,8 +162,9 @@ SB_API long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
 		if (ranges[i].off > buf->length ||
 		    ranges[i].len > buf->length - ranges[i].off)
 			return -ERANGE;
+	disk = n && (buf->src || atomic_load(&buf->disk_used));
 	/* Data on disk: every range's reads in one submission. */
-	if (n && (buf->src || atomic_load(&buf->disk_used))) {
+	if (disk) {
 		struct sbi_span *sp = malloc(n * sizeof(*sp));
 		size_t nsp = 0;
 		long r;
@@ -204,8 +206,13 @@ SB_API long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
 			queued += r;
 			continue;
 		}
+		/* With the buffer lock busy the count is unknown: the range's
+		 * pages on disk were counted above (so none is counted twice),
+		 * and without data on disk every page counts. */
 		if (enqueue(buf, sp.first, sp.end))
-			queued += (long)(sp.end - sp.first) - placed;
+			queued += placed >= 0 ? (long)(sp.end - sp.first) - placed
+				  : disk      ? 0
+					      : (long)(sp.end - sp.first);
 	}
 	if (flags & SB_PREFETCH_WAIT) {
 		wait_all(buf);
