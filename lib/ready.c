@@ -125,7 +125,7 @@ static enum work pick_work(struct sb_pool *pool, bool may_back,
 {
 	SBI_HELD(&pool->lock);
 	enum work w = W_NONE;
-	size_t spare;
+	size_t spare, excess_dirty;
 
 	*np = 1;
 	if (pool->trimming)
@@ -169,16 +169,13 @@ static enum work pick_work(struct sb_pool *pool, bool may_back,
 	}
 	/* Freed pages that page-ins will take as they are (pool.c) are
 	 * neither punched nor zeroed. */
-	spare = pool->ready + (pool->dirty > pool->dirty_keep
-				       ? pool->dirty - pool->dirty_keep
-				       : 0);
+	excess_dirty = pool->dirty > pool->dirty_keep
+			       ? pool->dirty - pool->dirty_keep
+			       : 0;
+	spare = pool->ready + excess_dirty;
 	if (w == W_NONE && spare > pool->ready_target) {
 		/* Punch the excess, a stretch of dirty pages at a time (but
-		 * not the freed pages kept, then ready pages). */
-		size_t excess_dirty = pool->dirty > pool->dirty_keep
-					      ? pool->dirty - pool->dirty_keep
-					      : 0;
-
+		 * not the freed pages kept), then ready pages. */
 		if ((excess_dirty && find_state(pool, SBI_PG_DIRTY, hp, ip)) ||
 		    find_state(pool, SBI_PG_READY, hp, ip)) {
 			uint8_t st = (*hp)->state[*ip];
@@ -192,7 +189,7 @@ static enum work pick_work(struct sb_pool *pool, bool may_back,
 				(*np)++;
 			w = W_PUNCH;
 		}
-	} else if (w == W_NONE && pool->dirty > pool->dirty_keep &&
+	} else if (w == W_NONE && excess_dirty &&
 		   pool->ready < pool->ready_target) {
 		if (find_state(pool, SBI_PG_DIRTY, hp, ip))
 			w = W_ZERO;
