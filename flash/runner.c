@@ -21,12 +21,19 @@
 
 /* Memory the process will need beyond what it holds when the pool is
  * made (measured then: code, libraries, the resident weights): the
- * runtime's tables, thread stacks, kernel scratch, page tables. Taken off
- * the budget with the KV cache before the pool gets the rest. It was a
- * fixed 96 MiB that also stood for what is now measured, and the pool
- * then held fewer neurons than the kernel's page cache did for mmap under
- * the same budget (docs/flash.md). */
-#define SLACK_BYTES ((uint64_t)32 << 20)
+ * runtime's tables, thread stacks, kernel scratch. Taken off the budget
+ * with the KV cache and the kernel's share per pool page (below) before
+ * the pool gets the rest. It was a fixed 96 MiB, then 32, that also stood
+ * for what is now measured or counted, and the pool then held fewer
+ * neurons than the kernel's page cache did for mmap under the same budget
+ * (docs/flash.md). */
+#define SLACK_BYTES ((uint64_t)8 << 20)
+
+/* What the kernel charges to the budget per pool page placed: scattered
+ * pages are a mapping each plus the gap's (a VMA and its maple-tree share,
+ * about 240 bytes each; cgroup v1 kmem measured 9 MiB for 21,000 pages),
+ * and page tables. */
+#define KERNEL_BYTES_PER_PAGE 512
 
 /* This process's resident bytes now (0 if unknown). */
 static uint64_t rss_now(void)
@@ -142,6 +149,7 @@ struct flash {
 	int no_overlap;		/* wait for the reads before attention */
 	double t_release, t_prefetch, t_wait; /* seconds in each */
 	size_t max_bytes;
+	size_t page_size;	/* the pool's */
 };
 
 static size_t bundle_off(const struct flash *f, int l, int32_t i)
@@ -233,7 +241,8 @@ static int release_leavers(struct flash *f, int l, int k)
  * whole budget on what was used lately and often, rather than releasing
  * every bundle older than k tokens at once. Returns 0 or -errno.
  */
-#define AGE_BUCKETS 1024
+#define AGE_BUCKETS 2048
+#define DOWN_KEYS 1024	/* keys of down columns: [DOWN_KEYS, AGE_BUCKETS) */
 
 static int lru_key(const struct flash *f, size_t g, int32_t last)
 {
@@ -246,18 +255,29 @@ static int lru_key(const struct flash *f, size_t g, int32_t last)
 	a -= 2 * lg;
 	if (a < 1)
 		a = 1;
-	return a < AGE_BUCKETS ? a : AGE_BUCKETS - 1;
+	return a < DOWN_KEYS ? a : DOWN_KEYS - 1;
 }
 
-/* The key of a held down column (split fetch): tokens since its neuron
- * last fired. */
+/*
+ * The key of a held down column (split fetch): tokens since its neuron
+ * last fired, above every up row's key, so that down columns go first. An
+ * up row is read again whenever its neuron is predicted, a down column
+ * only when it also fires: with the predictor's precision at 0.46, a held
+ * up row saves about twice the reads of a held down column (fewer when
+ * neurons are predicted in streaks). Replaying one decode's trace of 16
+ * tokens at the 1 GiB model's budget (170 MiB of pages): LRU over both,
+ * which is what the kernel's page cache does for mmap, 24.74 MiB read per
+ * token; down columns aged twice as fast, 24.54; down columns first,
+ * 24.15 (docs/flash.md).
+ */
 static int down_key(const struct flash *f, int32_t fired)
 {
 	int a = f->tok - fired;
 
 	if (a < 1)
 		a = 1;
-	return a < AGE_BUCKETS ? a : AGE_BUCKETS - 1;
+	return DOWN_KEYS + (a < AGE_BUCKETS - DOWN_KEYS ? a
+						 : AGE_BUCKETS - DOWN_KEYS - 1);
 }
 
 static int release_lru(struct flash *f, int l, size_t need)
@@ -320,8 +340,24 @@ static int release_lru(struct flash *f, int l, size_t need)
 	return rlen ? unmap_bytes(f, roff, rlen) : 0;
 }
 
+/* The pool's pages holding neurons (or being read), in bytes. Not
+ * bytes_resident: that includes the zeroed pages the pool keeps ready
+ * for growth (up to 12 MiB), which at the budget go to page-ins like any
+ * freed page, so the window may count on them. */
+static size_t held_bytes(const struct flash *f, const struct sb_stats *st)
+{
+	return st->pages_used * f->page_size;
+}
+
+/* What the window may hold: the pool's budget less 1% (pages of a layer's
+ * requests still being released when the next is made). */
+static size_t fill_goal(const struct flash *f)
+{
+	return f->max_bytes / 100 * 99;
+}
+
 /* Before bytes more are read for layer l: release what the policy says so
- * that the pool stays under 90% of its budget. Returns 0 or -errno. */
+ * that the window stays within fill_goal. Returns 0 or -errno. */
 static int make_room(struct flash *f, int l, size_t bytes)
 {
 	double t0 = now_s();
@@ -335,14 +371,13 @@ static int make_room(struct flash *f, int l, size_t bytes)
 			sb_pool_stats(f->pool, &st);
 			if (st.bytes_resident > f->pool_peak)
 				f->pool_peak = st.bytes_resident;
-			over = st.bytes_resident + bytes >
-			       f->max_bytes / 10 * 9;
+			over = held_bytes(f, &st) + bytes > fill_goal(f);
 		}
 		/* Auto: least recently and frequently used first, just
 		 * enough to make room (the whole budget stays in use). */
 		if (over && f->release == SBF_RELEASE_AUTO) {
-			size_t goal = f->max_bytes / 10 * 9, have =
-				st.bytes_resident + bytes;
+			size_t goal = fill_goal(f),
+			       have = held_bytes(f, &st) + bytes;
 			int r = release_lru(f, l, have > goal ? have - goal : 0);
 
 			if (r < 0)
@@ -359,8 +394,7 @@ static int make_room(struct flash *f, int l, size_t bytes)
 			if (f->release != SBF_RELEASE_AUTO)
 				break;
 			sb_pool_stats(f->pool, &st);
-			over = st.bytes_resident + bytes >
-			       f->max_bytes / 10 * 9;
+			over = held_bytes(f, &st) + bytes > fill_goal(f);
 			if (over && kk > 1)
 				f->shrunk++;
 		}
@@ -599,8 +633,11 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 				err = -ENOMEM;
 				goto out;
 			}
-			po.max_bytes = (size_t)(o->budget - fixed) &
-				       ~(po.page_size - 1);
+			/* The pool's pages and the kernel's share of each. */
+			po.max_bytes = (size_t)((o->budget - fixed) /
+						(po.page_size +
+						 KERNEL_BYTES_PER_PAGE) *
+						po.page_size);
 		}
 		fl.pool = sb_pool_create(&po, &err);
 		if (!fl.pool) {
@@ -620,6 +657,7 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 		fl.release = o->release;
 		fl.no_overlap = o->no_overlap;
 		fl.max_bytes = po.max_bytes ? po.max_bytes : SIZE_MAX;
+		fl.page_size = po.page_size;
 		fl.last = malloc((size_t)h.n_layers * h.hidden * 4);
 		fl.fresh = malloc((size_t)h.hidden * 4);
 		fl.uses = calloc((size_t)h.n_layers * h.hidden, 1);
