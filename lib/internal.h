@@ -891,6 +891,8 @@ struct sbi_src {
 				 * last one closes it and frees this */
 };
 
+#define SBI_WAITERS 16	/* sb_buf.waiters */
+
 struct sb_buf {
 	struct sb_pool *pool;	/* immutable */
 	char *base;		/* immutable, aligned to page_size */
@@ -911,6 +913,13 @@ struct sb_buf {
 	/* Disk tier. */
 	struct sbi_src *src;	/* immutable; NULL: pages start empty */
 	_Atomic unsigned inflight;	/* page-ins holding this buffer */
+	/* buf->lock: pages whose read is in flight and that a thread faulted
+	 * on (it sleeps in the kernel until a UFFDIO_WAKE); only those are
+	 * woken when the read completes (pagein.c). More than fit: every
+	 * completion wakes until no read is in flight. */
+	size_t waiters[SBI_WAITERS];
+	uint8_t nwaiters;
+	bool waiters_lost;
 	size_t ra_next;		/* buf->lock: readahead, next expected page */
 	size_t ra_win;		/* buf->lock: readahead window, pages */
 	_Atomic bool disk_used;	/* pages of it went to disk once */

@@ -191,6 +191,44 @@ static int map_in(struct sb_buf *buf, const struct sbi_io *io)
 	return r;
 }
 
+/*
+ * The waiters of a buffer's reads in flight; buf->lock held by both sides,
+ * so a fault on page idx is either noted before its completion looks (which
+ * then wakes it) or serviced after the page is placed (service_missing
+ * wakes it then). A UFFDIO_WAKE costs 2-3 us; most pages read in, prefetched
+ * or read ahead, are placed before anything touches them.
+ */
+static void note_waiter(struct sb_buf *buf, size_t idx)
+{
+	SBI_HELD(&buf->lock);
+	for (unsigned k = 0; k < buf->nwaiters; k++)
+		if (buf->waiters[k] == idx)
+			return;
+	if (buf->nwaiters < SBI_WAITERS)
+		buf->waiters[buf->nwaiters++] = idx;
+	else
+		buf->waiters_lost = true;
+}
+
+/* Whether a thread may wait for page idx (its read completing now). */
+static bool take_waiter(struct sb_buf *buf, size_t idx)
+{
+	SBI_HELD(&buf->lock);
+	bool r = buf->waiters_lost;
+
+	for (unsigned k = 0; k < buf->nwaiters; k++)
+		if (buf->waiters[k] == idx) {
+			buf->waiters[k] = buf->waiters[--buf->nwaiters];
+			r = true;
+			break;
+		}
+	/* The last read in flight (reads start under buf->lock): no thread
+	 * can be waiting for another one. */
+	if (atomic_load(&buf->inflight) == 1)
+		buf->waiters_lost = false;
+	return r;
+}
+
 static bool pagein_done(struct sbi_io *io)
 {
 	struct sb_buf *buf = io->buf;
@@ -200,6 +238,7 @@ static bool pagein_done(struct sbi_io *io)
 	uint32_t slot1 = sbi_pte_slot1(io->src_pte);
 	sbi_ptref kept = sbi_pte_kept(io->src_pte);
 	bool drop_slot = slot1 != 0, drop_kept = !sbi_ptref_none(kept);
+	bool wake = false;	/* besides a waiter: a poisoned page */
 
 	if (!io->checked) {
 		int r;
@@ -259,12 +298,14 @@ static bool pagein_done(struct sbi_io *io)
 			drop_kept = false;
 		}
 		poison(buf, io->idx, (io->src_pte & SBI_PTE_KEEP) != 0);
+		wake = true;
 	}
 	if (drop_slot)
 		sbi_spill_free(d, &(uint32_t){slot1 - 1}, 1);
 	if (drop_kept)
 		sbi_pool_drop_evicted(pool, &(sbi_pid){sbi_ptref_pid(kept)}, 1);
-	sbi_vma_wake(buf, io->idx);
+	if (take_waiter(buf, io->idx) || wake)
+		sbi_vma_wake(buf, io->idx);
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
 	atomic_fetch_sub(&buf->inflight, 1);	/* buf may go after this */
@@ -388,6 +429,10 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 		}
 	}
 	sbi_io_submit(pool->disk->io, ios, n);
+	/* This thread sleeps until the read (ours, or one already in
+	 * flight) completes: its completion must wake it. */
+	if (buf->pte[idx] & SBI_PTE_INFLIGHT)
+		note_waiter(buf, idx);
 }
 
 static bool any_inflight(struct sb_buf *buf, const struct sbi_span *sp,

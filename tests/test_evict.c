@@ -479,6 +479,74 @@ static void threads(void)
 	       NT, NB * NP, ROUNDS);
 }
 
+/* ---- more waiters than the buffer notes --------------------------------------------- */
+
+/* A thread faulting on a page whose read is in flight sleeps until the
+ * read's completion wakes it; only pages a thread faulted on are woken, and
+ * a buffer notes 16 (pagein.c). WT threads, each on its own page, all at
+ * once: first on evicted pages (the fault starts the read), then on pages
+ * a prefetch has just queued (the fault finds the read in flight). A
+ * missed wake-up hangs a thread: the run is killed as hung. */
+enum { WT = 40, WROUNDS = 20 };
+
+struct waiter {
+	char *x;
+	int id;
+	pthread_barrier_t *go;
+	long bad;
+};
+
+static void *waiter_touch(void *arg)
+{
+	struct waiter *w = arg;
+
+	for (int r = 0; r < 2 * WROUNDS; r++) {
+		pthread_barrier_wait(w->go);	/* pages evicted (queued) */
+		w->bad += disk_check(w->x + (size_t)w->id * PAGE, PAGE,
+				     seed_of(60, (size_t)w->id)) >= 0;
+		pthread_barrier_wait(w->go);	/* all read */
+	}
+	return NULL;
+}
+
+static void many_waiters(void)
+{
+	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
+	struct sb_buf *b = make_buf(p, WT * PAGE, 0);
+	struct sb_range all = {0, WT * PAGE};
+	struct waiter w[WT];
+	pthread_t th[WT];
+	pthread_barrier_t go;
+	long bad = 0;
+
+	CHECK_EQ(sb_buf_map(b, 0, WT * PAGE), WT);
+	fill_pages(sb_buf_addr(b), 0, WT, 60);
+	pthread_barrier_init(&go, NULL, WT + 1);
+	for (int t = 0; t < WT; t++) {
+		w[t] = (struct waiter){.x = sb_buf_addr(b), .id = t, .go = &go};
+		pthread_create(&th[t], NULL, waiter_touch, &w[t]);
+	}
+	for (int r = 0; r < 2 * WROUNDS; r++) {
+		CHECK_EQ(sb_buf_evict(b, 0, WT * PAGE), WT);
+		if (r & 1)	/* reads in flight before the touches */
+			CHECK(sb_buf_prefetch(b, &all, 1, 0) >= 0);
+		pthread_barrier_wait(&go);
+		pthread_barrier_wait(&go);
+		CHECK_EQ(sb_buf_placed(b, 0, WT * PAGE), WT);
+	}
+	for (int t = 0; t < WT; t++) {
+		pthread_join(th[t], NULL);
+		bad += w[t].bad;
+	}
+	pthread_barrier_destroy(&go);
+	CHECK_EQ(bad, 0);
+	VERIFY(p);
+	sb_buf_destroy(b);
+	sb_pool_destroy(p);
+	printf("many waiters: %d threads on their own pages, %d rounds\n", WT,
+	       2 * WROUNDS);
+}
+
 /* ---- unmap and evict racing page-ins -------------------------------------------- */
 
 struct racer {
@@ -668,6 +736,7 @@ static int child(const char *name)
 		shared();
 		advice();
 		threads();
+		many_waiters();
 		races();
 		signalled_writers();
 		printf("evict: ok\n");
