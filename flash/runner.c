@@ -20,20 +20,71 @@
 #include "sparsebuf.h"
 
 /* Memory the process will need beyond what it holds when the pool is
- * made (measured then: code, libraries, the resident weights): the
- * runtime's tables, thread stacks, kernel scratch. Taken off the budget
- * with the KV cache and the kernel's share per pool page (below) before
- * the pool gets the rest. It was a fixed 96 MiB, then 32, that also stood
- * for what is now measured or counted, and the pool then held fewer
- * neurons than the kernel's page cache did for mmap under the same budget
- * (docs/flash.md). */
-#define SLACK_BYTES ((uint64_t)8 << 20)
+ * made (measured then: code, libraries, the resident weights): thread
+ * stacks, the runtime's tables, the page cache of code in use, and room for
+ * the kernel to reclaim in (a memory cgroup at its limit with nothing
+ * reclaimable kills). Taken off the budget with the KV cache and the
+ * kernel's share of the pool (below) before the pool gets the rest. It was
+ * a fixed 96 MiB, then 32, that also stood for what is now counted, and
+ * the pool then held fewer neurons than the kernel's page cache did for
+ * mmap under the same budget (docs/flash.md). */
+#define SLACK_BYTES ((uint64_t)12 << 20)
 
-/* What the kernel charges to the budget per pool page placed: scattered
- * pages are a mapping each plus the gap's (a VMA and its maple-tree share,
- * about 240 bytes each; cgroup v1 kmem measured 9 MiB for 21,000 pages),
- * and page tables. */
-#define KERNEL_BYTES_PER_PAGE 512
+/* What the kernel charges to the budget per pool page: scattered pages are
+ * a mapping each and one for the gap after (VMAs, their maple-tree nodes).
+ * cgroup v1's kmem, less the page tables, over pool pages: 400 bytes a
+ * page at 8 KiB and at 16 KiB (4.5 GiB model, 99,000 and 51,000 pages).
+ * Page tables come on top: 8 bytes per 4 KiB of the FFN buffer and of the
+ * pool's own mapping of its heaps (the FFN's pages are spread over all of
+ * it). */
+#define KERNEL_BYTES_PER_PAGE 448
+
+/*
+ * Keep the pool within vm.max_map_count: scattered pages are a mapping each
+ * and one for the gap after (the kernel refuses a page-in's mmap past the
+ * limit, and the touch of that page gets SIGBUS). A pool that would need
+ * more mappings than the limit leaves gets fewer pages, said on stderr;
+ * one with room for too few bundles is refused. Returns 0 or -ENOMEM.
+ */
+#define MAP_MARGIN 1024	/* mappings left for the rest of the process */
+
+static int fit_map_count(struct sb_pool_opts *po, uint64_t bundle,
+			 uint64_t ffn_bytes)
+{
+	struct sb_features ft;
+	size_t room, pages;
+
+	if (sb_features_get(&ft) < 0 || ft.max_map_count <= 0)
+		return 0;
+	room = ft.max_map_count > ft.map_count + MAP_MARGIN
+		       ? (size_t)(ft.max_map_count - ft.map_count - MAP_MARGIN) / 2
+		       : 0;
+	/* No more than the FFN section's pages, whatever the budget. */
+	pages = (size_t)(ffn_bytes / po->page_size);
+	if (po->max_bytes && po->max_bytes / po->page_size < pages)
+		pages = po->max_bytes / po->page_size;
+	if (pages <= room)
+		return 0;
+	if ((uint64_t)room * po->page_size < 64 * bundle) {
+		fprintf(stderr,
+			"sbflash: vm.max_map_count=%ld leaves room for %zu "
+			"pool pages, too few to run (each page is two mappings; "
+			"raise it: sysctl vm.max_map_count=%zu)\n",
+			ft.max_map_count, room,
+			(size_t)ft.map_count + MAP_MARGIN +
+				2 * (size_t)(64 * bundle / po->page_size));
+		return -ENOMEM;
+	}
+	fprintf(stderr,
+		"sbflash: vm.max_map_count=%ld: the pool gets %.0f MiB (%zu "
+		"pages of two mappings each) instead of %.0f MiB; raise it "
+		"for all of them: sysctl vm.max_map_count=%zu\n",
+		ft.max_map_count, room * (double)po->page_size / 1048576.0, room,
+		pages * (double)po->page_size / 1048576.0,
+		(size_t)ft.map_count + MAP_MARGIN + 2 * pages);
+	po->max_bytes = room * po->page_size;
+	return 0;
+}
 
 /* This process's resident bytes now (0 if unknown). */
 static uint64_t rss_now(void)
@@ -571,6 +622,11 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 		err = read_all(fd, resmem, h.res_bytes, h.res_off);
 		if (err < 0)
 			goto out;
+		/* The copy is what counts: the page cache it came through
+		 * would otherwise stay charged to a memory cgroup's budget
+		 * and be reclaimed page by page while the tokens run. */
+		(void)posix_fadvise(fd, (off_t)h.res_off, (off_t)h.res_bytes,
+				    POSIX_FADV_DONTNEED);
 		err = sbf_model_bind(&m, &h, resmem);
 		if (err < 0)
 			goto out;
@@ -622,7 +678,8 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 		if (o->pool_bytes) {
 			po.max_bytes = (size_t)o->pool_bytes & ~(po.page_size - 1);
 		} else if (o->budget) {
-			if (o->budget < fixed + 64 * (uint64_t)h.bundle) {
+			if (o->budget <
+			    fixed + h.ffn_bytes / 512 + 64 * (uint64_t)h.bundle) {
 				fprintf(stderr,
 					"sbflash: budget %.0f MiB leaves no room "
 					"for FFN pages (resident section %.0f "
@@ -633,12 +690,19 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 				err = -ENOMEM;
 				goto out;
 			}
-			/* The pool's pages and the kernel's share of each. */
-			po.max_bytes = (size_t)((o->budget - fixed) /
+			/* The pool's pages and the kernel's share of each:
+			 * max (1 + 448 / page + 1 / 512) = room. */
+			uint64_t room = o->budget - fixed - h.ffn_bytes / 512;
+
+			po.max_bytes = (size_t)(room /
 						(po.page_size +
-						 KERNEL_BYTES_PER_PAGE) *
+						 KERNEL_BYTES_PER_PAGE +
+						 po.page_size / 512) *
 						po.page_size);
 		}
+		err = fit_map_count(&po, (uint64_t)h.bundle, h.ffn_bytes);
+		if (err < 0)
+			goto out;
 		fl.pool = sb_pool_create(&po, &err);
 		if (!fl.pool) {
 			fprintf(stderr, "sbflash: sb_pool_create: %s\n",

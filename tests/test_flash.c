@@ -15,6 +15,7 @@
 #include "harness.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "../flash/gen.h"
@@ -100,6 +101,57 @@ static struct sbf_result run(const char *path, enum sbf_mode mode,
 	if (err < 0)
 		FAIL("%s mode: %s", sbf_mode_name(mode), strerror(-err));
 	return r;
+}
+
+/*
+ * Few mappings left under vm.max_map_count: sbflash's pool, which would
+ * hold every FFN page without a budget (two mappings each when scattered),
+ * gets only as many pages as the limit leaves (a page-in past the limit
+ * cannot be mapped and its touch gets SIGBUS). The mappings are used up
+ * first, one page of a region at a time with alternating protections, so
+ * that room is left for an eighth of the FFN's pages.
+ */
+static void few_mappings(const char *path, const struct sbf_header *h,
+			 const float *ref, float *got, size_t nl)
+{
+	struct sb_features f;
+	size_t page = h->bundle / 2, pages = h->ffn_bytes / page, eat;
+	struct sbf_result r;
+	char *m;
+	long left;
+
+	CHECK(sb_features_get(&f) == 0);
+	if (f.max_map_count <= 0 || f.max_map_count > 300000) {
+		printf("few mappings: skipped, vm.max_map_count=%ld is too "
+		       "large to use up in a test\n", f.max_map_count);
+		return;
+	}
+	left = f.max_map_count - f.map_count - 1024 - 2 * (long)(pages / 8);
+	if (left < 64) {
+		printf("few mappings: skipped, %ld of %ld mappings in use\n",
+		       f.map_count, f.max_map_count);
+		return;
+	}
+	eat = (size_t)left;
+	m = mmap(NULL, eat * 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+		 0);
+	CHECK(m != MAP_FAILED);
+	for (size_t i = 1; i < eat; i += 2)
+		CHECK(mprotect(m + i * 4096, 4096, PROT_NONE) == 0);
+	ffn_third = 0;	/* no budget at all: the limit alone binds */
+	memset(got, 0, nl * sizeof(float));
+	r = run(path, SBF_FLASH, 0, SBF_RELEASE_AUTO, got);
+	CHECK(sb_features_get(&f) == 0);
+	printf("few mappings: %ld of %ld in use with the pool at %.2f MiB "
+	       "(FFN %.2f MiB), read %.2f MiB/token, faults %llu\n",
+	       f.map_count, f.max_map_count, r.pool_bytes / 1048576.0,
+	       h->ffn_bytes / 1048576.0, r.bytes_read / 1048576.0 / STEPS,
+	       (unsigned long long)r.faults);
+	munmap(m, eat * 4096);
+	if (memcmp(ref, got, nl * sizeof(float)))
+		FAIL("few mappings: logits differ from resident");
+	CHECK(r.pool_bytes > 0 && r.pool_bytes <= h->ffn_bytes / 8 + page);
+	CHECK(r.unmapped > 0);
 }
 
 static int child(const char *name)
@@ -240,6 +292,7 @@ static int main_test(void)
 		CHECK(rf.bytes_read < rw.bytes_read);
 		CHECK(rf.bytes_read <= rf.new_bytes + rf.faults * 64 * 4096ull);
 	}
+	few_mappings(a, &h, ref, got, nl);
 
 	free(ref), free(got);
 	unlink(a);
