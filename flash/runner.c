@@ -678,27 +678,34 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 		if (o->pool_bytes) {
 			po.max_bytes = (size_t)o->pool_bytes & ~(po.page_size - 1);
 		} else if (o->budget) {
-			if (o->budget <
-			    fixed + h.ffn_bytes / 512 + 64 * (uint64_t)h.bundle) {
-				fprintf(stderr,
-					"sbflash: budget %.0f MiB leaves no room "
-					"for FFN pages (resident section %.0f "
-					"MiB, KV and slack %.0f MiB)\n",
-					o->budget / 1048576.0,
-					h.res_bytes / 1048576.0,
-					(kv + SLACK_BYTES) / 1048576.0);
-				err = -ENOMEM;
-				goto out;
-			}
 			/* The pool's pages and the kernel's share of each:
 			 * max (1 + 448 / page + 1 / 512) = room. */
-			uint64_t room = o->budget - fixed - h.ffn_bytes / 512;
+			uint64_t taken = fixed + h.ffn_bytes / 512,
+				 room = o->budget > taken ? o->budget - taken
+							  : 0;
 
 			po.max_bytes = (size_t)(room /
 						(po.page_size +
 						 KERNEL_BYTES_PER_PAGE +
 						 po.page_size / 512) *
 						po.page_size);
+			if (po.max_bytes < 64 * (uint64_t)h.bundle) {
+				fprintf(stderr,
+					"sbflash: budget %.0f MiB leaves %.1f MiB "
+					"for FFN pages, less than 64 bundles "
+					"(%.1f MiB): the process holds %.0f MiB "
+					"once the resident section is loaded, "
+					"KV and slack take %.0f MiB, page tables "
+					"%.0f MiB\n",
+					o->budget / 1048576.0,
+					po.max_bytes / 1048576.0,
+					64.0 * h.bundle / 1048576.0,
+					(fixed - kv - SLACK_BYTES) / 1048576.0,
+					(kv + SLACK_BYTES) / 1048576.0,
+					h.ffn_bytes / 512 / 1048576.0);
+				err = -ENOMEM;
+				goto out;
+			}
 		}
 		err = fit_map_count(&po, (uint64_t)h.bundle, h.ffn_bytes);
 		if (err < 0)
