@@ -199,6 +199,7 @@ struct flash {
 	uint64_t shrunk;	/* times the window had to shrink */
 	int no_overlap;		/* wait for the reads before attention */
 	double t_release, t_prefetch, t_wait; /* seconds in each */
+	FILE *trace;		/* sbf_opts.trace */
 	size_t max_bytes;
 	size_t page_size;	/* the pool's */
 };
@@ -454,6 +455,21 @@ static int make_room(struct flash *f, int l, size_t bytes)
 	return 0;
 }
 
+/* One record of the trace (sbf_opts.trace): the neurons of idx[] whose
+ * act[] is above 0, or all of them when act is NULL. */
+static void trace_layer(struct flash *f, int kind, int l, const int32_t *idx,
+			const float *act, int n)
+{
+	int32_t hd[4] = {kind, f->tok, l, 0};
+
+	for (int j = 0; j < n; j++)
+		hd[3] += !act || act[j] > 0.0f;
+	fwrite(hd, sizeof(hd[0]), 4, f->trace);
+	for (int j = 0; j < n; j++)
+		if (!act || act[j] > 0.0f)
+			fwrite(&idx[j], sizeof(idx[j]), 1, f->trace);
+}
+
 static int flash_fetch(void *ctx, int l, const int32_t *idx, int n)
 {
 	struct flash *f = ctx;
@@ -464,6 +480,8 @@ static int flash_fetch(void *ctx, int l, const int32_t *idx, int n)
 	long q;
 	int r;
 
+	if (f->trace)
+		trace_layer(f, 0, l, idx, NULL, n);
 	for (int j = 0; j < n; j++) {
 		uint8_t *u = &f->uses[(size_t)l * f->h->hidden + (size_t)idx[j]];
 
@@ -515,6 +533,8 @@ static int flash_fired(void *ctx, int l, const int32_t *idx, const float *act,
 	long q;
 	int r;
 
+	if (f->trace)
+		trace_layer(f, 1, l, idx, act, n);
 	for (int j = 0; j < n; j++) {
 		if (act[j] <= 0.0f)
 			continue;
@@ -727,6 +747,7 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 		fl.k = o->k;
 		fl.release = o->release;
 		fl.no_overlap = o->no_overlap;
+		fl.trace = fl.half ? o->trace : NULL;
 		fl.max_bytes = po.max_bytes ? po.max_bytes : SIZE_MAX;
 		fl.page_size = po.page_size;
 		fl.last = malloc((size_t)h.n_layers * h.hidden * 4);

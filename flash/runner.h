@@ -18,6 +18,7 @@
 #define SBFLASH_RUNNER_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "format.h"
 
@@ -52,6 +53,10 @@ struct sbf_opts {
 	int madv_random;	/* mmap_sparse: MADV_RANDOM on the FFN (no
 				 * read-around of 128 KiB per fault) */
 	int progress;		/* progress bar on stderr */
+	/* flash, split fetch: each layer's predicted neurons and those that
+	 * fire, as int32 records {kind (0 predicted, 1 fired), token, layer,
+	 * n, n indices}, for bench/flash_policy.py; NULL: none. */
+	FILE *trace;
 	/* Called after each step with its logits (vocab floats). */
 	void (*on_logits)(void *ctx, int step, const float *logits, int n);
 	void *ctx;

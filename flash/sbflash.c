@@ -6,6 +6,7 @@
  *   sbflash MODEL [--mode resident|flash|mmap_dense|mmap_sparse]
  *           [--budget BYTES] [-k K] [--threads N] [--steps S] [--seed S]
  *           [--release auto|always|never|advise] [--measure] [--logits FILE]
+ *           [--trace FILE]
  *           [--madv-normal] [--no-overlap] [--whole-bundles]
  *           [--json] [--progress|--no-progress]
  *   sbflash --help | --version
@@ -39,7 +40,7 @@ static void write_logits(void *ctx, int step, const float *logits, int n)
 enum {
 	OPT_MODE = 256, OPT_BUDGET, OPT_K, OPT_THREADS, OPT_STEPS, OPT_SEED,
 	OPT_RELEASE, OPT_MEASURE, OPT_LOGITS, OPT_MADV_NORMAL, OPT_NO_OVERLAP,
-	OPT_WHOLE,
+	OPT_WHOLE, OPT_TRACE,
 	OPT_JSON, OPT_PROGRESS, OPT_NO_PROGRESS,
 };
 
@@ -68,6 +69,9 @@ static const struct sbc_opt opts[] = {
 					     "attention (default: up rows "
 					     "before it, the down columns of "
 					     "the neurons that fire after it)"},
+	{OPT_TRACE, "--trace", "FILE", "flash, split fetch: write each "
+				       "layer's predicted and firing neurons "
+				       "to FILE (bench/flash_policy.py)"},
 	{OPT_JSON, "--json", NULL, "one JSON object on stdout"},
 	{OPT_PROGRESS, "--progress", NULL, "progress bar on stderr"},
 	{OPT_NO_PROGRESS, "--no-progress", NULL, "no progress bar"},
@@ -96,7 +100,7 @@ int main(int argc, char **argv)
 	};
 	struct sbf_opts o = {0};
 	struct sbf_result r;
-	const char *logits = NULL, *v;
+	const char *logits = NULL, *trace = NULL, *v;
 	FILE *lf = NULL;
 	int json = 0, threads = 0, err, opt;
 
@@ -153,6 +157,9 @@ int main(int argc, char **argv)
 		case OPT_WHOLE:
 			o.whole_bundles = 1;
 			break;
+		case OPT_TRACE:
+			trace = v;
+			break;
 		case OPT_JSON:
 			json = 1;
 			break;
@@ -180,8 +187,18 @@ int main(int argc, char **argv)
 		o.on_logits = write_logits;
 		o.ctx = lf;
 	}
+	if (trace) {
+		o.trace = fopen(trace, "wb");
+		if (!o.trace) {
+			fprintf(stderr, "sbflash: %s: %s\n", trace,
+				strerror(errno));
+			return 1;
+		}
+	}
 	err = sbf_run(&o, &r);
 	if (lf && fclose(lf) && !err)
+		err = -EIO;
+	if (o.trace && (ferror(o.trace) | fclose(o.trace)) && !err)
 		err = -EIO;
 	if (err < 0) {
 		fprintf(stderr, "sbflash: %s mode failed: %s\n",
