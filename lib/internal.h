@@ -649,6 +649,10 @@ void sbi_pool_drop_evicted(struct sb_pool *pool, const sbi_pid *pids,
 			   size_t n);
 /* Mark (or unmark) a USED page as held by a page-in in flight. */
 void sbi_pool_mark_io(struct sb_pool *pool, sbi_pid pid, bool on);
+/* The first free page in state st (READY or DIRTY), heap by heap, whose
+ * run earmark lets buf have it (buf NULL: any); pool->lock held. */
+bool sbi_pool_find_free(struct sb_pool *pool, enum sbi_page_state st,
+			const struct sb_buf *buf, sbi_pid *out);
 /* A free page leaves its free state (for USED or BUSY): its counter goes
  * down, an unbacked one becomes resident. Returns the state it had.
  * pool->lock held. */

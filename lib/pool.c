@@ -293,22 +293,21 @@ static void untake_page(struct sb_pool *pool, struct sbi_heap *h, uint32_t i,
 	}
 }
 
-/* Any free backed page that is not busy; pool->lock held. */
-static bool find_backed(struct sb_pool *pool, sbi_pid *out, bool *busy)
+bool sbi_pool_find_free(struct sb_pool *pool, enum sbi_page_state st,
+			const struct sb_buf *buf, sbi_pid *out)
 {
 	SBI_HELD(&pool->lock);
-	*busy = false;
 	for (uint32_t s = 0; s < pool->heap_hi; s++) {
 		struct sbi_heap *h = pool->heaps[s];
+		const uint8_t *p, *end;
 
-		if (!h)
+		if (!h || !(st == SBI_PG_READY ? h->nready : h->ndirty))
 			continue;
-		*busy |= h->nbusy > 0;
-		if (!h->nready && !h->ndirty)
-			continue;
-		for (uint32_t i = 0; i < h->npages; i++) {
-			if (h->state[i] == SBI_PG_READY ||
-			    h->state[i] == SBI_PG_DIRTY) {
+		end = h->state + h->npages;
+		for (p = h->state; (p = memchr(p, st, (size_t)(end - p))); p++) {
+			uint32_t i = (uint32_t)(p - h->state);
+
+			if (!buf || !h->owner[i] || h->owner[i] == buf->id) {
 				*out = s * pool->pages_per_heap + i;
 				return true;
 			}
@@ -317,29 +316,17 @@ static bool find_backed(struct sb_pool *pool, sbi_pid *out, bool *busy)
 	return false;
 }
 
-/* A free page with old contents (DIRTY) not earmarked for another run's
- * buffer; pool->lock held. */
-static bool find_dirty(struct sb_pool *pool, const struct sb_buf *buf,
-		       sbi_pid *out)
+/* Any free backed page; else whether some page is busy (one may come
+ * free); pool->lock held. */
+static bool find_backed(struct sb_pool *pool, sbi_pid *out, bool *busy)
 {
 	SBI_HELD(&pool->lock);
-	for (uint32_t s = 0; s < pool->heap_hi; s++) {
-		struct sbi_heap *h = pool->heaps[s];
-		const uint8_t *p, *end;
-
-		if (!h || !h->ndirty)
-			continue;
-		end = h->state + h->npages;
-		for (p = h->state; (p = memchr(p, SBI_PG_DIRTY, (size_t)(end - p)));
-		     p++) {
-			uint32_t i = (uint32_t)(p - h->state);
-
-			if (!h->owner[i] || h->owner[i] == buf->id) {
-				*out = s * pool->pages_per_heap + i;
-				return true;
-			}
-		}
-	}
+	if (sbi_pool_find_free(pool, SBI_PG_READY, NULL, out) ||
+	    sbi_pool_find_free(pool, SBI_PG_DIRTY, NULL, out))
+		return true;
+	*busy = false;
+	for (uint32_t s = 0; s < pool->heap_hi; s++)
+		*busy |= pool->heaps[s] && pool->heaps[s]->nbusy > 0;
 	return false;
 }
 
@@ -454,7 +441,7 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 				  sbi_pid_index(pool, *hint), buf) &&
 	      hint_heap(pool, *hint)->state[sbi_pid_index(pool, *hint)] !=
 		      SBI_PG_UNBACKED) &&
-	    find_dirty(pool, buf, out)) {
+	    sbi_pool_find_free(pool, SBI_PG_DIRTY, buf, out)) {
 		*scattered = true;
 		return take_page(pool, sbi_pid_heap(pool, *out),
 				 sbi_pid_index(pool, *out), flags);

@@ -73,23 +73,17 @@ static void set_done(struct sb_pool *pool, struct sbi_heap *h, uint32_t i,
 	pthread_cond_broadcast(&pool->busy_cond);
 }
 
-/* First page in state st, skipping heaps whose counter says none. */
+/* First free page in state st, any earmark (sbi_pool_find_free). */
 static bool find_state(struct sb_pool *pool, enum sbi_page_state st,
 		       struct sbi_heap **hp, uint32_t *ip)
 {
-	for (uint32_t s = 0; s < pool->heap_hi; s++) {
-		struct sbi_heap *h = pool->heaps[s];
+	sbi_pid p;
 
-		if (!h || !(st == SBI_PG_READY ? h->nready : h->ndirty))
-			continue;
-		for (uint32_t i = 0; i < h->npages; i++) {
-			if (h->state[i] == st) {
-				*hp = h, *ip = i;
-				return true;
-			}
-		}
-	}
-	return false;
+	if (!sbi_pool_find_free(pool, st, NULL, &p))
+		return false;
+	*hp = sbi_pid_heap(pool, p);
+	*ip = sbi_pid_index(pool, p);
+	return true;
 }
 
 /* Mark [i, i+n) BUSY; pool->lock held. */
