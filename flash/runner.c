@@ -317,10 +317,10 @@ static int lru_key(const struct flash *f, size_t g, int32_t last)
  * only when it also fires: with the predictor's precision at 0.46, a held
  * up row saves about twice the reads of a held down column (fewer when
  * neurons are predicted in streaks). Replaying one decode's trace of 16
- * tokens at the 1 GiB model's budget (170 MiB of pages): LRU over both,
- * which is what the kernel's page cache does for mmap, 24.74 MiB read per
- * token; down columns aged twice as fast, 24.54; down columns first,
- * 24.15 (docs/flash.md).
+ * tokens at the 1 GiB model's budget (170 MiB of pages) with
+ * bench/flash_policy.py: LRU over both, which is what the kernel's page
+ * cache does for mmap, 24.74 MiB read per token; down columns first,
+ * 24.13 (docs/flash.md).
  */
 static int down_key(const struct flash *f, int32_t fired)
 {
