@@ -316,13 +316,20 @@ bool sbi_pool_find_free(struct sb_pool *pool, enum sbi_page_state st,
 	return false;
 }
 
-/* Any free backed page; else whether some page is busy (one may come
- * free); pool->lock held. */
-static bool find_backed(struct sb_pool *pool, sbi_pid *out, bool *busy)
+/* Any free backed page, a freed one first for a page that will be
+ * overwritten (a zeroed one first otherwise: no zeroing either way); else
+ * whether some page is busy (one may come free); pool->lock held. */
+static bool find_backed(struct sb_pool *pool, sbi_pid *out, bool *busy,
+			unsigned flags)
 {
+	enum sbi_page_state first = flags & SBI_ALLOC_OVERWRITE ? SBI_PG_DIRTY
+								: SBI_PG_READY;
+
 	SBI_HELD(&pool->lock);
-	if (sbi_pool_find_free(pool, SBI_PG_READY, NULL, out) ||
-	    sbi_pool_find_free(pool, SBI_PG_DIRTY, NULL, out))
+	if (sbi_pool_find_free(pool, first, NULL, out) ||
+	    sbi_pool_find_free(pool, first == SBI_PG_DIRTY ? SBI_PG_READY
+							  : SBI_PG_DIRTY,
+			       NULL, out))
 		return true;
 	*busy = false;
 	for (uint32_t s = 0; s < pool->heap_hi; s++)
@@ -480,7 +487,7 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 				return -EDQUOT;
 			/* At the budget: only a page that already has
 			 * memory will do, wherever it is. */
-			if (find_backed(pool, out, &busy)) {
+			if (find_backed(pool, out, &busy, flags)) {
 				h = sbi_pid_heap(pool, *out);
 				return take_page(pool, h,
 						 sbi_pid_index(pool, *out),
