@@ -5,8 +5,9 @@
  * on pages. Zeroing goes through the file. The pool side keeps at most
  * 2 MiB of page-table entries per heap between operations, for at most
  * 100 ms (sbi_heap_unmap_pool). The pool-side mapping is never registered
- * with userfaultfd, so the handler thread may touch it. The file comes from the pool's page source
- * (source.c): the process's own memfd, or later a daemon's lease.
+ * with userfaultfd, so the handler thread may touch it. The file comes from
+ * the pool's page source (source.c): the process's own memfd, or later a
+ * daemon's lease.
  */
 #include "internal.h"
 
