@@ -15,7 +15,10 @@ and reads every page it does not hold when it is used:
                cache does for mmap_sparse (active and inactive lists aside)
   downs-first  sbflash's: room is made in the layer about to read, down
                columns whose neuron fired longest ago first, then up rows,
-               least recently used first (frequency ignored)
+               least recently used first (frequency ignored); like the
+               runner it never releases what the current token uses, so
+               with less room than one layer's pages it holds more than
+               --mib and reads less than the bound
   opt          Belady's: the page used again furthest ahead goes (knows the
                future: the bound no policy can beat)
 """
@@ -27,14 +30,26 @@ import sys
 
 
 def load(path, steps):
-    """[(kind, token, layer, indices)] of the first `steps` tokens."""
-    data = open(path, "rb").read()
+    """[(kind, token, layer, indices)] of the first `steps` tokens. A trace
+    cut short (sbflash killed) keeps its whole records; anything else that
+    is not a trace stops with a message."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        sys.exit("flash_policy: %s: %s" % (path, e.strerror))
     out, off = [], 0
     while off + 16 <= len(data):
         kind, tok, layer, n = struct.unpack_from("<4i", data, off)
-        off += 16
-        idx = struct.unpack_from("<%di" % n, data, off)
-        off += 4 * n
+        if kind not in (0, 1) or tok < 0 or layer < 0 or n < 0:
+            sys.exit("flash_policy: %s: not an sbflash trace (bad record "
+                     "at byte %d)" % (path, off))
+        if off + 16 + 4 * n > len(data):
+            print("flash_policy: %s: cut short at byte %d: the records "
+                  "before it are used" % (path, off), file=sys.stderr)
+            break
+        idx = struct.unpack_from("<%di" % n, data, off + 16)
+        off += 16 + 4 * n
         if tok < steps:
             out.append((kind, tok, layer, idx))
     return out
@@ -113,6 +128,10 @@ def main():
     ap.add_argument("--mib", type=float, nargs="+", default=[160.0])
     ap.add_argument("--page-kib", type=int, default=8)
     a = ap.parse_args()
+    if a.steps < 1 or a.page_kib < 1 or not all(0 < m < 1 << 30
+                                                 for m in a.mib):
+        ap.error("--steps and --page-kib must be 1 or more, --mib in "
+                 "(0, 2^30)")
     events = load(a.trace, a.steps)
     if not events:
         sys.exit("flash_policy: no records in %s" % a.trace)
@@ -120,7 +139,7 @@ def main():
     per = a.page_kib / 1024.0 / steps   # MiB per token per page read
     print("%8s %8s %12s %8s" % ("MiB", "lru", "downs-first", "opt"))
     for mib in a.mib:
-        cap = int(mib * 1024 / a.page_kib)
+        cap = max(1, int(mib * 1024 / a.page_kib))
         print("%8.1f %8.2f %12.2f %8.2f" % (
             mib, lru(events, cap) * per, downs_first(events, cap) * per,
             opt(events, cap) * per))
