@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -77,6 +78,18 @@ static const struct sbc_opt opts[] = {
 	{OPT_NO_PROGRESS, "--no-progress", NULL, "no progress bar"},
 	{0},
 };
+
+/* Whether paths a and b name one file: the same path, or one existing
+ * file (links, other spellings). */
+static int same_file(const char *a, const char *b)
+{
+	struct stat sa, sb;
+
+	if (!strcmp(a, b))
+		return 1;
+	return stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
+	       sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
 
 int main(int argc, char **argv)
 {
@@ -173,6 +186,14 @@ int main(int argc, char **argv)
 	}
 	if (!o.path)
 		sbc_fail(&cli, "no MODEL given");
+	/* An output opened for writing is truncated: never the model, never
+	 * the other output. */
+	if (logits && same_file(logits, o.path))
+		sbc_fail(&cli, "--logits %s is the model", logits);
+	if (trace && same_file(trace, o.path))
+		sbc_fail(&cli, "--trace %s is the model", trace);
+	if (logits && trace && same_file(logits, trace))
+		sbc_fail(&cli, "--logits and --trace name the same file");
 	if (threads > 0 && sbk_set_threads(threads) < 0) {
 		fprintf(stderr, "sbflash: bad --threads %d\n", threads);
 		return 2;

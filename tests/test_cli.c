@@ -426,6 +426,10 @@ static void bad_values(void)
 		{"foo", "bin/sbflash", "@flash", "--mode", "foo"},
 		{"x", "bin/sbflash", "@flash", "--release", "x"},
 		{"-1", "bin/sbflash", "@flash", "--seed", "-1"},
+		{"is the model", "bin/sbflash", "@flash", "--trace", "@flash"},
+		{"is the model", "bin/sbflash", "@flash", "--logits", "@flash"},
+		{"same file", "bin/sbflash", "@flash", "--logits", "@out",
+		 "--trace", "@out"},
 		{"lots", "bin/sbgen", "@out", "--model-bytes", "lots"},
 		{"abc", "bin/sbgen", "@out", "--dim", "abc"},
 		{"1.5", "bin/sbgen", "@out", "--active", "1.5"},
@@ -505,8 +509,10 @@ static void bad_values(void)
 		expect(what, &r, 2, cases[i][0]);
 		n++;
 	}
-	/* sbgen refused before creating anything. */
+	/* sbgen refused before creating anything; sbflash left its model
+	 * whole when told to write over it. */
 	CHECK(stat(out, &st) < 0 && errno == ENOENT);
+	CHECK(stat(fm, &st) == 0 && st.st_size > 4096);
 	unlink(fm);
 	printf("bad values: %d refused with status 2\n", n);
 }
