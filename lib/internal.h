@@ -647,6 +647,10 @@ uint32_t sbi_pool_refs(struct sb_pool *pool, sbi_pid p);
 void sbi_pool_evicted(struct sb_pool *pool, const sbi_pid *pids, size_t n);
 void sbi_pool_drop_evicted(struct sb_pool *pool, const sbi_pid *pids,
 			   size_t n);
+/* A page-in copied its data from page `from` (USED, its only holder the
+ * caller) into the EVICTED page `kept`: `from`'s memory goes (punched)
+ * and the two swap states, so that the counts stay as they were. */
+void sbi_pool_swap_kept(struct sb_pool *pool, sbi_pid from, sbi_pid kept);
 /* Mark (or unmark) a USED page as held by a page-in in flight. */
 void sbi_pool_mark_io(struct sb_pool *pool, sbi_pid pid, bool on);
 /* The first free page in state st (READY or DIRTY), heap by heap, whose
@@ -1042,6 +1046,9 @@ int sbi_vma_unprotect_nowake(struct sb_buf *buf, size_t idx);
 /* Map page idx again from its heap page (UFFDIO_CONTINUE, a minor fault);
  * 0 if it is mapped already. */
 int sbi_vma_continue(struct sb_buf *buf, size_t idx);
+/* Fill the punched heap page that page idx, evicted in place, still maps,
+ * with src's data (UFFDIO_COPY: no mapping changes). No wake. */
+int sbi_vma_copy_in(struct sb_buf *buf, size_t idx, const void *src);
 /* Drop the page-table entries of [idx, idx + n) (MADV_DONTNEED). */
 int sbi_vma_drop_ptes(struct sb_buf *buf, size_t idx, size_t n);
 /* Wake the threads stopped on a fault in [start, start + len) (a buffer

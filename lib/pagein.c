@@ -176,17 +176,37 @@ static void poison(struct sb_buf *buf, size_t idx, bool kept)
  * which a touch could see anything else. Counted first: a thread that
  * touches the page once it is mapped takes no fault and waits for nothing,
  * and its next sb_pool_stats must include the page. */
-static int map_in(struct sb_buf *buf, const struct sbi_io *io)
+/*
+ * Map the page read in; returns the page now placed there, or -errno. A
+ * page evicted in place still maps its old heap page (kept): when no
+ * mapping can be made (at vm.max_map_count the kernel refuses every mmap,
+ * even one that replaces a mapping whole), the data is copied into that
+ * page instead, which changes no mapping, and the page read into goes
+ * back. A process at its mapping limit so never loses the pages it has
+ * evicted.
+ */
+static long map_in(struct sb_buf *buf, const struct sbi_io *io)
 {
 	struct sb_pool *pool = buf->pool;
-	int r;
+	sbi_ptref kept = sbi_pte_kept(io->src_pte);
+	long r;
 
-	sbi_count(&pool->n_pages_in, 1);
-	sbi_count(&pool->n_bytes_read, (uint64_t)io->res);
 	r = sbi_vma_place(buf, io->idx, 1, io->pid, buf->flags & SBI_BUF_RO);
-	if (r < 0) {
-		sbi_count(&pool->n_pages_in, (uint64_t)-1);
-		sbi_count(&pool->n_bytes_read, -(uint64_t)io->res);
+	if (r == -ENOMEM && !sbi_ptref_none(kept)) {
+		sbi_pid k = sbi_ptref_pid(kept);
+
+		r = sbi_vma_copy_in(buf, io->idx, sbi_pid_mem(pool, io->pid));
+		sbi_pid_unmap_pool(pool, io->pid);
+		if (r == 0) {
+			sbi_pool_swap_kept(pool, io->pid, k);
+			r = (long)k;
+		}
+	} else if (r == 0) {
+		r = (long)io->pid;
+	}
+	if (r >= 0) {
+		sbi_count(&pool->n_pages_in, 1);
+		sbi_count(&pool->n_bytes_read, (uint64_t)io->res);
 	}
 	return r;
 }
@@ -239,6 +259,7 @@ static bool pagein_done(struct sbi_io *io)
 	sbi_ptref kept = sbi_pte_kept(io->src_pte);
 	bool drop_slot = slot1 != 0, drop_kept = !sbi_ptref_none(kept);
 	bool wake = false;	/* besides a waiter: a poisoned page */
+	long placed;
 
 	if (!io->checked) {
 		int r;
@@ -278,10 +299,14 @@ static bool pagein_done(struct sbi_io *io)
 		/* Unmapped or destroyed meanwhile: nobody wants the data,
 		 * and what the entry held is ours to give back. */
 		sbi_pool_put1(pool, io->pid);
-	} else if (io->ok && map_in(buf, io) == 0) {
-		*pte = sbi_pte_placed(io->pid);
+	} else if (io->ok && (placed = map_in(buf, io)) >= 0) {
+		sbi_pid pid = (sbi_pid)placed;
+
+		if (pid != io->pid)	/* the kept page holds it now */
+			drop_kept = false;
+		*pte = sbi_pte_placed(pid);
 		buf->nplaced++;
-		sbi_rmap_note(buf, io->idx, io->pid);
+		sbi_rmap_note(buf, io->idx, pid);
 		SBI_TRACE_PAGEIN(buf, io->idx);
 	} else {
 		sbi_pool_put1(pool, io->pid);

@@ -767,6 +767,31 @@ void sbi_pool_drop_evicted(struct sb_pool *pool, const sbi_pid *pids,
 	pthread_mutex_unlock(&pool->lock);
 }
 
+void sbi_pool_swap_kept(struct sb_pool *pool, sbi_pid from, sbi_pid kept)
+{
+	struct sbi_heap *fh = sbi_pid_heap(pool, from),
+			*kh = sbi_pid_heap(pool, kept);
+	uint32_t fi = sbi_pid_index(pool, from), ki = sbi_pid_index(pool, kept);
+
+	/* The copy is in already: for a moment the pool holds one page more
+	 * than it counts, never less. */
+	sbi_heap_punch(fh, fi, 1, pool->page_size);
+	pthread_mutex_lock(&pool->lock);
+	fh->state[fi] = SBI_PG_UNBACKED;
+	fh->refs[fi] = 0;
+	fh->owner[fi] = 0;
+	fh->nused--;
+	__atomic_store_n(&fh->raddr[fi], 0, __ATOMIC_RELAXED);
+	kh->state[ki] = SBI_PG_USED;
+	kh->refs[ki] = 1;
+	kh->owner[ki] = 0;
+	kh->nevicted--;
+	kh->nused++;
+	pool->evicted--;
+	pool->alloc_seq++;
+	pthread_mutex_unlock(&pool->lock);
+}
+
 void sbi_pool_mark_io(struct sb_pool *pool, sbi_pid pid, bool on)
 {
 	pthread_mutex_lock(&pool->lock);

@@ -224,6 +224,32 @@ int sbi_vma_continue(struct sb_buf *buf, size_t idx)
 	return -EAGAIN;
 }
 
+/* A page evicted in place still maps its heap page, punched and registered
+ * MISSING (evict.c): fill that page with src's data and map it, atomically,
+ * with no change of mappings (UFFDIO_COPY), and wake nobody: the caller
+ * wakes the thread that waits. */
+int sbi_vma_copy_in(struct sb_buf *buf, size_t idx, const void *src)
+{
+	struct uffdio_copy copy = {
+		.dst = (uintptr_t)page_addr(buf, idx),
+		.src = (uintptr_t)src,
+		.len = pages_len(buf, 1),
+		.mode = UFFDIO_COPY_MODE_DONTWAKE,
+	};
+
+	SBI_HELD(&buf->lock);
+	for (int tries = 0; tries < 1000; tries++) {
+		copy.copy = 0;
+		if (ioctl(buf->pool->uffd, UFFDIO_COPY, &copy) == 0)
+			return 0;
+		if (errno != EAGAIN)
+			return -errno;
+		if (copy.copy > 0)	/* part of it done: the rest */
+			return -EAGAIN;
+	}
+	return -EAGAIN;
+}
+
 int sbi_vma_drop_ptes(struct sb_buf *buf, size_t idx, size_t n)
 {
 	SBI_HELD(&buf->lock);

@@ -3,10 +3,85 @@
  * a crash; accounting stays exact and everything can be released. */
 #include "harness.h"
 
+#include <sys/mman.h>
+
 static int child(const char *name)
 {
 	(void)name;
 	return 2;
+}
+
+/*
+ * Evicted pages come back at the limit. Without recycling (SPARSEBUF_RECYCLE
+ * =0) a page evicted in place keeps its heap page and the buffer's mapping
+ * of it; reading it back in used to map a new page over that one, which at
+ * the limit the kernel refuses even when it would replace a mapping whole,
+ * and the touch got SIGBUS. Now the data is copied into the kept page
+ * (UFFDIO_COPY), no mapping made.
+ */
+static void evicted_back(void)
+{
+	const char *tmp = getenv("TMPDIR");
+	size_t page = 4 * KiB, n = 256, eat = 0;
+	struct sb_features f;
+	struct sb_pool *p;
+	struct sb_buf *b;
+	char path[300], *x, *m;
+	uint64_t in0;
+	int fd, err = 0;
+
+	snprintf(path, sizeof(path), "%s/sbt-maxmap-XXXXXX",
+		 tmp && *tmp ? tmp : "/var/tmp");
+	fd = mkstemp(path);
+	CHECK(fd >= 0);
+	for (size_t i = 0; i < n; i++) {
+		char pg[4096];
+
+		memset(pg, (int)(i % 200 + 1), sizeof(pg));
+		CHECK(pwrite(fd, pg, sizeof(pg), (off_t)(i * page)) ==
+		      (ssize_t)sizeof(pg));
+	}
+	close(fd);
+	setenv("SPARSEBUF_RECYCLE", "0", 1);
+	p = make_pool(page, 64 * MiB, 0);
+	unsetenv("SPARSEBUF_RECYCLE");
+	b = sb_buf_open_file(p, path, 0, n * page, 0, &err);
+	if (!b)
+		FAIL("sb_buf_open_file: %s", strerror(-err));
+	x = sb_buf_addr(b);
+	for (size_t i = 0; i < n; i++)
+		CHECK_EQ(x[i * page], (char)(i % 200 + 1));
+	CHECK_EQ(sb_buf_evict(b, 0, n * page), (long)n);
+	CHECK_EQ(sb_buf_placed(b, 0, n * page), 0);
+	/* Use up the mappings: every other page of a region protected
+	 * apart, until the kernel refuses the next split. */
+	CHECK(sb_features_get(&f) == 0);
+	m = mmap(NULL, (size_t)f.max_map_count * 2 * page, PROT_READ,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	CHECK(m != MAP_FAILED);
+	while (mprotect(m + (2 * eat + 1) * page, page, PROT_NONE) == 0)
+		eat++;
+	CHECK_EQ(errno, ENOMEM);
+	in0 = stats(p).pages_in;
+	/* Read back, every other page first (each inside a mapping of
+	 * evicted pages: a new mapping there would split it). */
+	for (size_t i = 1; i < n; i += 2)
+		CHECK_EQ(x[i * page], (char)(i % 200 + 1));
+	for (size_t i = 0; i < n; i += 2)
+		CHECK_EQ(x[i * page], (char)(i % 200 + 1));
+	CHECK(sb_features_get(&f) == 0);
+	printf("evicted pages back at the limit: %llu read in, %ld of %ld "
+	       "mappings\n",
+	       (unsigned long long)(stats(p).pages_in - in0), f.map_count,
+	       f.max_map_count);
+	CHECK(stats(p).pages_in - in0 >= n);
+	CHECK_EQ(stats(p).sigbus, 0);
+	munmap(m, (size_t)f.max_map_count * 2 * page);
+	CHECK_EQ(sb_buf_placed(b, 0, n * page), (long)n);
+	VERIFY(p);
+	sb_buf_destroy(b);
+	sb_pool_destroy(p);
+	unlink(path);
 }
 
 static int main_test(void)
@@ -51,5 +126,6 @@ static int main_test(void)
 	CHECK_EQ(sb_buf_map(b, 0, 64 * page), 64);
 	sb_buf_destroy(b);
 	sb_pool_destroy(p);
+	evicted_back();
 	return 0;
 }
