@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,16 +50,18 @@
 #define MAP_MARGIN 1024	/* mappings left for the rest of the process */
 
 static int fit_map_count(struct sb_pool_opts *po, uint64_t bundle,
-			 uint64_t ffn_bytes)
+			 uint64_t ffn_bytes, size_t *map_bytes)
 {
 	struct sb_features ft;
 	size_t room, pages;
 
+	*map_bytes = SIZE_MAX;
 	if (sb_features_get(&ft) < 0 || ft.max_map_count <= 0)
 		return 0;
 	room = ft.max_map_count > ft.map_count + MAP_MARGIN
 		       ? (size_t)(ft.max_map_count - ft.map_count - MAP_MARGIN) / 2
 		       : 0;
+	*map_bytes = room * po->page_size;
 	/* No more than the FFN section's pages, whatever the budget. */
 	pages = (size_t)(ffn_bytes / po->page_size);
 	if (po->max_bytes && po->max_bytes / po->page_size < pages)
@@ -76,8 +79,8 @@ static int fit_map_count(struct sb_pool_opts *po, uint64_t bundle,
 		return -ENOMEM;
 	}
 	fprintf(stderr,
-		"sbflash: vm.max_map_count=%ld: the pool gets %.0f MiB (%zu "
-		"pages of two mappings each) instead of %.0f MiB; raise it "
+		"sbflash: vm.max_map_count=%ld: the pool gets %.1f MiB (%zu "
+		"pages of two mappings each) instead of %.1f MiB; raise it "
 		"for all of them: sysctl vm.max_map_count=%zu\n",
 		ft.max_map_count, room * (double)po->page_size / 1048576.0, room,
 		pages * (double)po->page_size / 1048576.0,
@@ -197,10 +200,14 @@ struct flash {
 				 * whose FFN the neuron fired in */
 	uint64_t new_neurons, new_bytes, unmapped, prefetched, pool_peak;
 	uint64_t shrunk;	/* times the window had to shrink */
+	size_t held;		/* bytes of the up rows (or bundles) and down
+				 * columns the window holds: placed, being
+				 * read, or dropped by the pool meanwhile */
 	int no_overlap;		/* wait for the reads before attention */
 	double t_release, t_prefetch, t_wait; /* seconds in each */
 	FILE *trace;		/* sbf_opts.trace */
 	size_t max_bytes;
+	size_t map_bytes;	/* what vm.max_map_count leaves room for */
 	size_t page_size;	/* the pool's */
 };
 
@@ -227,9 +234,13 @@ static void forget(struct flash *f, int l, int32_t i)
 {
 	size_t g = (size_t)l * f->h->hidden + (size_t)i;
 
+	if (f->last[g] >= 0)
+		f->held -= f->half ? f->half : f->h->bundle;
 	f->last[g] = -1;
-	if (f->half)
+	if (f->half && f->down[g]) {
+		f->held -= f->half;
 		f->down[g] = 0;
+	}
 }
 
 /* Unmap [off, off+len) of the FFN buffer, counting the pages. */
@@ -332,7 +343,7 @@ static int down_key(const struct flash *f, int32_t fired)
 						 : AGE_BUCKETS - DOWN_KEYS - 1);
 }
 
-static int release_lru(struct flash *f, int l, size_t need)
+static int release_lru(struct flash *f, int l, size_t need, bool done)
 {
 	size_t base = (size_t)l * f->h->hidden, freed = 0, want;
 	int32_t *last = f->last + base, H = (int32_t)f->h->hidden;
@@ -343,15 +354,17 @@ static int release_lru(struct flash *f, int l, size_t need)
 	const int32_t *fired = f->half ? f->fired + base : NULL;
 	uint8_t *down = f->half ? f->down + base : NULL;
 	size_t unit = f->half ? f->half : f->h->bundle, roff = 0, rlen = 0;
+	/* This token's neurons stay, unless layer l is done with them. */
+	int32_t lim = f->tok + (done ? 1 : 0);
 	int cut;
 
 	if (!need)
 		return 0;
 	memset(f->age_count, 0, AGE_BUCKETS * sizeof(*f->age_count));
 	for (int32_t i = 0; i < H; i++) {
-		if (last[i] >= 0 && last[i] < f->tok)
+		if (last[i] >= 0 && last[i] < lim)
 			f->age_count[lru_key(f, base + (size_t)i, last[i])]++;
-		if (down && down[i] && fired[i] < f->tok)
+		if (down && down[i] && fired[i] < lim)
 			f->age_count[down_key(f, fired[i])]++;
 	}
 	/* The smallest key whose pages and all older ones free enough. */
@@ -367,16 +380,17 @@ static int release_lru(struct flash *f, int l, size_t need)
 		size_t off = bundle_off(f, l, i), len = 0;
 		int r;
 
-		if (last[i] >= 0 && last[i] < f->tok &&
+		if (last[i] >= 0 && last[i] < lim &&
 		    lru_key(f, base + (size_t)i, last[i]) >= cut) {
 			len = f->h->bundle;	/* a down column goes too */
 			forget(f, l, i);
 			f->uses[base + (size_t)i] = 0;
-		} else if (down && down[i] && fired[i] < f->tok &&
+		} else if (down && down[i] && fired[i] < lim &&
 			   down_key(f, fired[i]) >= cut) {
 			off += f->half;
 			len = f->half;
 			down[i] = 0;
+			f->held -= f->half;
 		}
 		if (!len)
 			continue;
@@ -392,13 +406,19 @@ static int release_lru(struct flash *f, int l, size_t need)
 	return rlen ? unmap_bytes(f, roff, rlen) : 0;
 }
 
-/* The pool's pages holding neurons (or being read), in bytes. Not
- * bytes_resident: that includes the zeroed pages the pool keeps ready
- * for growth (up to 12 MiB), which at the budget go to page-ins like any
- * freed page, so the window may count on them. */
+/* What the window holds, in bytes: its own count, or the pool's pages in
+ * use if more (read-ahead). Not bytes_resident: that includes the zeroed
+ * pages the pool keeps ready for growth (up to 12 MiB), which at the
+ * budget go to page-ins like any freed page, so the window may count on
+ * them. Nor the pool's pages alone: a page the pool dropped to make room
+ * (the window's reads outran it) stays mapped until the window lets it go
+ * (docs/design.md, eviction), one mapping each. Counting those keeps the
+ * mappings within twice the pool's pages, which fit_map_count assumes. */
 static size_t held_bytes(const struct flash *f, const struct sb_stats *st)
 {
-	return st->pages_used * f->page_size;
+	size_t used = st->pages_used * f->page_size;
+
+	return f->held > used ? f->held : used;
 }
 
 /* What the window may hold: the pool's budget less 1% (pages of a layer's
@@ -406,6 +426,64 @@ static size_t held_bytes(const struct flash *f, const struct sb_stats *st)
 static size_t fill_goal(const struct flash *f)
 {
 	return f->max_bytes / 100 * 99;
+}
+
+/*
+ * The window's pages are a mapping or two each, those the pool dropped
+ * included, until the window lets them go. Below twice the pool's pages
+ * (fit_map_count) nothing is checked; past that, the process's mappings
+ * are counted: when this layer's reads (two mappings a page at worst)
+ * would take them past the limit less MAP_MARGIN / 2, the other layers'
+ * least used pages go too, and if that is not enough the run stops here
+ * with a message, where a read past the limit would raise SIGBUS.
+ * Returns 0 or -ENOMEM.
+ */
+static long maps_over(const struct flash *f, size_t bytes,
+		      struct sb_features *ft)
+{
+	long need = (long)(bytes / f->page_size + 1);
+
+	if (sb_features_get(ft) < 0 || ft->max_map_count <= 0)
+		return 0;
+	return ft->map_count + need - (ft->max_map_count - MAP_MARGIN / 2);
+}
+
+static int fit_mappings(struct flash *f, int l, size_t bytes)
+{
+	struct sb_features ft;
+	struct sb_stats st;
+	long over;
+
+	if (f->map_bytes == SIZE_MAX)
+		return 0;
+	sb_pool_stats(f->pool, &st);
+	if (held_bytes(f, &st) + bytes <= f->map_bytes)
+		return 0;
+	for (int d = 1; d < (int)f->h->n_layers; d++) {
+		over = maps_over(f, bytes, &ft);
+		if (over <= 0)
+			return 0;
+		/* A page let go lowers the count by up to two. A layer before
+		 * l is done with this token's neurons. */
+		int l2 = (l + d) % (int)f->h->n_layers;
+		int r = release_lru(f, l2, (size_t)(over + 1) / 2 * f->page_size,
+				    l2 < l);
+
+		if (r < 0)
+			return r;
+	}
+	over = maps_over(f, bytes, &ft);
+	if (over <= 0)
+		return 0;
+	fprintf(stderr,
+		"sbflash: layer %d needs %.1f MiB more of pages (%ld "
+		"mappings or more), and this process has %ld of "
+		"vm.max_map_count=%ld mappings; raise it: sysctl "
+		"vm.max_map_count=%ld\n",
+		l, bytes / 1048576.0, (long)(bytes / f->page_size + 1),
+		ft.map_count,
+		ft.max_map_count, ft.max_map_count + over);
+	return -ENOMEM;
 }
 
 /* Before bytes more are read for layer l: release what the policy says so
@@ -430,7 +508,8 @@ static int make_room(struct flash *f, int l, size_t bytes)
 		if (over && f->release == SBF_RELEASE_AUTO) {
 			size_t goal = fill_goal(f),
 			       have = held_bytes(f, &st) + bytes;
-			int r = release_lru(f, l, have > goal ? have - goal : 0);
+			int r = release_lru(f, l, have > goal ? have - goal : 0,
+					    false);
 
 			if (r < 0)
 				return f->t_release += now_s() - t0, r;
@@ -452,7 +531,7 @@ static int make_room(struct flash *f, int l, size_t bytes)
 		}
 	}
 	f->t_release += now_s() - t0;
-	return 0;
+	return fit_mappings(f, l, bytes);
 }
 
 /* One record of the trace (sbf_opts.trace): the neurons of idx[] whose
@@ -498,6 +577,7 @@ static int flash_fetch(void *ctx, int l, const int32_t *idx, int n)
 	if (r < 0)
 		return r;
 	t1 = now_s();
+	f->held += nf * unit;
 	for (size_t j = 0; j < nf; j++) {
 		last[f->fresh[j]] = f->tok;
 		nr = add_range(f, nr, bundle_off(f, l, f->fresh[j]), unit);
@@ -549,6 +629,7 @@ static int flash_fired(void *ctx, int l, const int32_t *idx, const float *act,
 	r = make_room(f, l, nd * f->half);
 	if (r < 0)
 		return r;
+	f->held += nd * f->half;
 	for (size_t j = 0; j < nd; j++)
 		nr = add_range(f, nr, bundle_off(f, l, f->fresh[j]) + f->half,
 			       f->half);
@@ -711,12 +792,12 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 						po.page_size);
 			if (po.max_bytes < 64 * (uint64_t)h.bundle) {
 				fprintf(stderr,
-					"sbflash: budget %.0f MiB leaves %.1f MiB "
+					"sbflash: budget %.1f MiB leaves %.1f MiB "
 					"for FFN pages, less than 64 bundles "
-					"(%.1f MiB): the process holds %.0f MiB "
+					"(%.1f MiB): the process holds %.1f MiB "
 					"once the resident section is loaded, "
-					"KV and slack take %.0f MiB, page tables "
-					"%.0f MiB\n",
+					"KV and slack take %.1f MiB, page tables "
+					"%.1f MiB\n",
 					o->budget / 1048576.0,
 					po.max_bytes / 1048576.0,
 					64.0 * h.bundle / 1048576.0,
@@ -727,7 +808,8 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 				goto out;
 			}
 		}
-		err = fit_map_count(&po, (uint64_t)h.bundle, h.ffn_bytes);
+		err = fit_map_count(&po, (uint64_t)h.bundle, h.ffn_bytes,
+				    &fl.map_bytes);
 		if (err < 0)
 			goto out;
 		fl.pool = sb_pool_create(&po, &err);
@@ -747,7 +829,15 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 		fl.k = o->k;
 		fl.release = o->release;
 		fl.no_overlap = o->no_overlap;
-		fl.trace = fl.half ? o->trace : NULL;
+		if (o->trace && !fl.half) {
+			fprintf(stderr, "sbflash: --trace records the split "
+					"fetch, which needs bundles of a power "
+					"of two from 8 KiB (this model's are "
+					"%u bytes)\n", h.bundle);
+			err = -EINVAL;
+			goto out;
+		}
+		fl.trace = o->trace;
 		fl.max_bytes = po.max_bytes ? po.max_bytes : SIZE_MAX;
 		fl.page_size = po.page_size;
 		fl.last = malloc((size_t)h.n_layers * h.hidden * 4);

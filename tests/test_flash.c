@@ -154,6 +154,88 @@ static void few_mappings(const char *path, const struct sbf_header *h,
 	CHECK(r.unmapped > 0);
 }
 
+/*
+ * Fewer mappings left than the window's reads need (a model of 3 layers of
+ * 6144 neurons, a fortieth of its FFN's pages' worth of mappings left):
+ * the pool gets what the limit leaves, less than a layer's reads, and the
+ * pages it drops to make room keep a mapping each until the window lets
+ * them go. Before, such a run died of SIGBUS (a page-in past the limit);
+ * now the window counts those pages, lets other layers' pages go when the
+ * process's mappings near the limit, and where that is not enough stops
+ * with -ENOMEM and a message. Either way the process lives, and a run
+ * that completes gives the resident logits.
+ */
+static void fewest_mappings(const char *path)
+{
+	struct sbf_gen_opts go = small(9, 0);
+	struct sbf_header h;
+	struct sb_features f;
+	struct sbf_opts o = {0};
+	struct sbf_result r;
+	struct logits lg;
+	size_t eat, nl;
+	float *ref, *got;
+	char *m;
+	long left;
+	int err;
+
+	CHECK(sb_features_get(&f) == 0);
+	if (f.max_map_count <= 0 || f.max_map_count > 300000) {
+		printf("fewest mappings: skipped, vm.max_map_count=%ld is too "
+		       "large to use up in a test\n", f.max_map_count);
+		return;
+	}
+	go.n_layers = 3;
+	go.hidden = 6144;
+	CHECK(sbf_generate(path, &go, &h) == 0);
+	nl = (size_t)STEPS * h.vocab;
+	ref = calloc(nl, sizeof(float));
+	got = calloc(nl, sizeof(float));
+	CHECK(ref && got);
+	run(path, SBF_RESIDENT, 0, SBF_RELEASE_AUTO, ref);
+
+	CHECK(sb_features_get(&f) == 0);
+	left = f.max_map_count - f.map_count - 1024 -
+	       2 * (long)(h.ffn_bytes / 4096 / 40);
+	if (left < 64) {
+		printf("fewest mappings: skipped, %ld of %ld mappings in use\n",
+		       f.map_count, f.max_map_count);
+		free(ref), free(got);
+		return;
+	}
+	eat = (size_t)left;
+	m = mmap(NULL, eat * 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+		 0);
+	CHECK(m != MAP_FAILED);
+	for (size_t i = 1; i < eat; i += 2)
+		CHECK(mprotect(m + i * 4096, 4096, PROT_NONE) == 0);
+	lg = (struct logits){got, 0};
+	o.path = path;
+	o.mode = SBF_FLASH;
+	o.k = 2;
+	o.steps = STEPS;
+	o.seed = 3;
+	o.release = SBF_RELEASE_AUTO;
+	o.whole_bundles = whole;
+	o.on_logits = keep;
+	o.ctx = &lg;
+	err = sbf_run(&o, &r);
+	CHECK(sb_features_get(&f) == 0);
+	munmap(m, eat * 4096);
+	printf("fewest mappings: %s; %ld of %ld in use after, pool %.2f MiB "
+	       "(FFN %.2f MiB), read %.2f MiB/token\n",
+	       err ? strerror(-err) : "ran", f.map_count, f.max_map_count,
+	       r.pool_bytes / 1048576.0, h.ffn_bytes / 1048576.0,
+	       err ? 0.0 : r.bytes_read / 1048576.0 / STEPS);
+	if (err && err != -ENOMEM)
+		FAIL("fewest mappings: %s", strerror(-err));
+	if (!err && memcmp(ref, got, nl * sizeof(float)))
+		FAIL("fewest mappings: logits differ from resident");
+	CHECK(f.map_count <= f.max_map_count);
+	free(ref), free(got);
+	unlink(path);
+}
+
 static int child(const char *name)
 {
 	(void)name;
@@ -293,6 +375,7 @@ static int main_test(void)
 		CHECK(rf.bytes_read <= rf.new_bytes + rf.faults * 64 * 4096ull);
 	}
 	few_mappings(a, &h, ref, got, nl);
+	fewest_mappings(b);
 
 	free(ref), free(got);
 	unlink(a);
