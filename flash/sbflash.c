@@ -20,6 +20,7 @@
  * vocab) to compare modes with cmp(1).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +33,11 @@
 
 static void write_logits(void *ctx, int step, const float *logits, int n)
 {
+	static int told;
+
 	(void)step;
-	if (fwrite(logits, sizeof(*logits), (size_t)n, ctx) != (size_t)n)
+	if (fwrite(logits, sizeof(*logits), (size_t)n, ctx) != (size_t)n &&
+	    !told++)
 		fprintf(stderr, "sbflash: writing logits: %s\n",
 			strerror(errno));
 }
@@ -91,6 +95,49 @@ static int same_file(const char *a, const char *b)
 	       sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+/*
+ * An output file, truncated. A FIFO with nobody reading it is refused
+ * (ENXIO) rather than waited on forever, as fopen would; one with a reader
+ * is written like a file.
+ */
+static FILE *open_out(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK |
+				    O_CLOEXEC, 0644);
+	FILE *f;
+
+	if (fd < 0) {
+		fprintf(stderr, "sbflash: %s: %s\n", path,
+			errno == ENXIO ? "a FIFO that nobody reads"
+				       : strerror(errno));
+		return NULL;
+	}
+	if (fcntl(fd, F_SETFL, 0) < 0 || !(f = fdopen(fd, "wb"))) {
+		fprintf(stderr, "sbflash: %s: %s\n", path, strerror(errno));
+		close(fd);
+		return NULL;
+	}
+	return f;
+}
+
+/* Close an output; 0, or -errno with the reason on stderr (a full disk says
+ * so, not "Input/output error"). */
+static int close_out(FILE *f, const char *path)
+{
+	int e = 0;
+
+	if (fflush(f))
+		e = errno;
+	else if (ferror(f))
+		e = EIO;
+	if (fclose(f) && !e)
+		e = errno;
+	if (e)
+		fprintf(stderr, "sbflash: writing %s: %s\n", path,
+			strerror(e));
+	return -e;
+}
+
 int main(int argc, char **argv)
 {
 	static const char *const modes[] = {"resident", "flash", "mmap_dense",
@@ -115,7 +162,7 @@ int main(int argc, char **argv)
 	struct sbf_result r;
 	const char *logits = NULL, *trace = NULL, *v;
 	FILE *lf = NULL;
-	int json = 0, threads = 0, err, opt;
+	int json = 0, threads = 0, err, e, opt;
 
 	o.mode = SBF_FLASH;
 	o.k = 5;
@@ -194,33 +241,35 @@ int main(int argc, char **argv)
 		sbc_fail(&cli, "--trace %s is the model", trace);
 	if (logits && trace && same_file(logits, trace))
 		sbc_fail(&cli, "--logits and --trace name the same file");
+	if (trace && o.mode != SBF_FLASH)
+		sbc_fail(&cli, "--trace is for --mode flash");
+	if (trace && o.whole_bundles)
+		sbc_fail(&cli, "--trace records the split fetch, not "
+			       "--whole-bundles");
 	if (threads > 0 && sbk_set_threads(threads) < 0) {
 		fprintf(stderr, "sbflash: bad --threads %d\n", threads);
 		return 2;
 	}
 	if (logits) {
-		lf = fopen(logits, "wb");
-		if (!lf) {
-			fprintf(stderr, "sbflash: %s: %s\n", logits,
-				strerror(errno));
+		lf = open_out(logits);
+		if (!lf)
 			return 1;
-		}
 		o.on_logits = write_logits;
 		o.ctx = lf;
 	}
 	if (trace) {
-		o.trace = fopen(trace, "wb");
+		o.trace = open_out(trace);
 		if (!o.trace) {
-			fprintf(stderr, "sbflash: %s: %s\n", trace,
-				strerror(errno));
+			if (lf)
+				fclose(lf);
 			return 1;
 		}
 	}
 	err = sbf_run(&o, &r);
-	if (lf && fclose(lf) && !err)
-		err = -EIO;
-	if (o.trace && (ferror(o.trace) | fclose(o.trace)) && !err)
-		err = -EIO;
+	if (lf && (e = close_out(lf, logits)) < 0 && !err)
+		err = e;
+	if (o.trace && (e = close_out(o.trace, trace)) < 0 && !err)
+		err = e;
 	if (err < 0) {
 		fprintf(stderr, "sbflash: %s mode failed: %s\n",
 			sbf_mode_name(o.mode), strerror(-err));

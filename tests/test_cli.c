@@ -430,6 +430,10 @@ static void bad_values(void)
 		{"is the model", "bin/sbflash", "@flash", "--logits", "@flash"},
 		{"same file", "bin/sbflash", "@flash", "--logits", "@out",
 		 "--trace", "@out"},
+		{"--mode flash", "bin/sbflash", "@flash", "--mode", "resident",
+		 "--trace", "@out"},
+		{"--whole-bundles", "bin/sbflash", "@flash", "--whole-bundles",
+		 "--trace", "@out"},
 		{"lots", "bin/sbgen", "@out", "--model-bytes", "lots"},
 		{"abc", "bin/sbgen", "@out", "--dim", "abc"},
 		{"1.5", "bin/sbgen", "@out", "--active", "1.5"},
@@ -507,6 +511,21 @@ static void bad_values(void)
 				 j ? argv[j] : strrchr(argv[j], '/') + 1);
 		run_argv(argv, TIMEOUT_S, &r);
 		expect(what, &r, 2, cases[i][0]);
+		n++;
+	}
+	/* An output that is a FIFO nobody reads: refused at once, not
+	 * waited on (fopen would block in open(2) forever). */
+	{
+		const char *fifo = tpath("trace.fifo");
+		char p[PATH_MAX + 64];
+		char *argv[] = {p, (char *)fm, "--trace", (char *)fifo, NULL};
+		struct res r;
+
+		snprintf(p, sizeof(p), "%s/bin/sbflash", build);
+		CHECK(mkfifo(fifo, 0600) == 0);
+		run_argv(argv, TIMEOUT_S, &r);
+		expect("sbflash --trace FIFO", &r, 1, "nobody reads");
+		unlink(fifo);
 		n++;
 	}
 	/* sbgen refused before creating anything; sbflash left its model
