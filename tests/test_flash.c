@@ -73,13 +73,12 @@ static void keep(void *ctx, int step, const float *l, int n)
 static uint64_t ffn_third;
 static int whole;	/* flash: --whole-bundles */
 
-static struct sbf_result run(const char *path, enum sbf_mode mode,
-			     uint64_t budget, enum sbf_release rel, float *out)
+/* One run of the test's settings; 0 or -errno. */
+static int try_run(const char *path, enum sbf_mode mode, uint64_t budget,
+		   enum sbf_release rel, float *out, struct sbf_result *r)
 {
 	struct logits lg = {out, 0};
 	struct sbf_opts o = {0};
-	struct sbf_result r;
-	int err;
 
 	o.path = path;
 	o.mode = mode;
@@ -97,10 +96,51 @@ static struct sbf_result run(const char *path, enum sbf_mode mode,
 	o.measure = mode == SBF_RESIDENT;
 	o.on_logits = keep;
 	o.ctx = &lg;
-	err = sbf_run(&o, &r);
+	return sbf_run(&o, r);
+}
+
+static struct sbf_result run(const char *path, enum sbf_mode mode,
+			     uint64_t budget, enum sbf_release rel, float *out)
+{
+	struct sbf_result r;
+	int err = try_run(path, mode, budget, rel, out, &r);
+
 	if (err < 0)
 		FAIL("%s mode: %s", sbf_mode_name(mode), strerror(-err));
 	return r;
+}
+
+/*
+ * Use up this process's mappings but for 1024 and keep more (one page of a
+ * region at a time, with alternating protections). NULL, said on stdout as
+ * a skip, when vm.max_map_count is too large to use up or too few are
+ * left; else the region, of *n pages, for munmap.
+ */
+static char *use_up_mappings(const char *what, long keep, size_t *n)
+{
+	struct sb_features f;
+	long left;
+	char *m;
+
+	CHECK(sb_features_get(&f) == 0);
+	if (f.max_map_count <= 0 || f.max_map_count > 300000) {
+		printf("%s: skipped, vm.max_map_count=%ld is too large to use "
+		       "up in a test\n", what, f.max_map_count);
+		return NULL;
+	}
+	left = f.max_map_count - f.map_count - 1024 - keep;
+	if (left < 64) {
+		printf("%s: skipped, %ld of %ld mappings in use\n", what,
+		       f.map_count, f.max_map_count);
+		return NULL;
+	}
+	*n = (size_t)left;
+	m = mmap(NULL, *n * 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+		 0);
+	CHECK(m != MAP_FAILED);
+	for (size_t i = 1; i < *n; i += 2)
+		CHECK(mprotect(m + i * 4096, 4096, PROT_NONE) == 0);
+	return m;
 }
 
 /*
@@ -117,27 +157,10 @@ static void few_mappings(const char *path, const struct sbf_header *h,
 	struct sb_features f;
 	size_t page = h->bundle / 2, pages = h->ffn_bytes / page, eat;
 	struct sbf_result r;
-	char *m;
-	long left;
+	char *m = use_up_mappings("few mappings", 2 * (long)(pages / 8), &eat);
 
-	CHECK(sb_features_get(&f) == 0);
-	if (f.max_map_count <= 0 || f.max_map_count > 300000) {
-		printf("few mappings: skipped, vm.max_map_count=%ld is too "
-		       "large to use up in a test\n", f.max_map_count);
+	if (!m)
 		return;
-	}
-	left = f.max_map_count - f.map_count - 1024 - 2 * (long)(pages / 8);
-	if (left < 64) {
-		printf("few mappings: skipped, %ld of %ld mappings in use\n",
-		       f.map_count, f.max_map_count);
-		return;
-	}
-	eat = (size_t)left;
-	m = mmap(NULL, eat * 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-		 0);
-	CHECK(m != MAP_FAILED);
-	for (size_t i = 1; i < eat; i += 2)
-		CHECK(mprotect(m + i * 4096, 4096, PROT_NONE) == 0);
 	ffn_third = 0;	/* no budget at all: the limit alone binds */
 	memset(got, 0, nl * sizeof(float));
 	r = run(path, SBF_FLASH, 0, SBF_RELEASE_AUTO, got);
@@ -170,13 +193,10 @@ static void fewest_mappings(const char *path)
 	struct sbf_gen_opts go = small(9, 0);
 	struct sbf_header h;
 	struct sb_features f;
-	struct sbf_opts o = {0};
 	struct sbf_result r;
-	struct logits lg;
 	size_t eat, nl;
 	float *ref, *got;
 	char *m;
-	long left;
 	int err;
 
 	CHECK(sb_features_get(&f) == 0);
@@ -194,32 +214,14 @@ static void fewest_mappings(const char *path)
 	CHECK(ref && got);
 	run(path, SBF_RESIDENT, 0, SBF_RELEASE_AUTO, ref);
 
-	CHECK(sb_features_get(&f) == 0);
-	left = f.max_map_count - f.map_count - 1024 -
-	       2 * (long)(h.ffn_bytes / 4096 / 40);
-	if (left < 64) {
-		printf("fewest mappings: skipped, %ld of %ld mappings in use\n",
-		       f.map_count, f.max_map_count);
+	m = use_up_mappings("fewest mappings",
+			    2 * (long)(h.ffn_bytes / 4096 / 40), &eat);
+	if (!m) {
 		free(ref), free(got);
+		unlink(path);
 		return;
 	}
-	eat = (size_t)left;
-	m = mmap(NULL, eat * 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-		 0);
-	CHECK(m != MAP_FAILED);
-	for (size_t i = 1; i < eat; i += 2)
-		CHECK(mprotect(m + i * 4096, 4096, PROT_NONE) == 0);
-	lg = (struct logits){got, 0};
-	o.path = path;
-	o.mode = SBF_FLASH;
-	o.k = 2;
-	o.steps = STEPS;
-	o.seed = 3;
-	o.release = SBF_RELEASE_AUTO;
-	o.whole_bundles = whole;
-	o.on_logits = keep;
-	o.ctx = &lg;
-	err = sbf_run(&o, &r);
+	err = try_run(path, SBF_FLASH, 0, SBF_RELEASE_AUTO, got, &r);
 	CHECK(sb_features_get(&f) == 0);
 	munmap(m, eat * 4096);
 	printf("fewest mappings: %s; %ld of %ld in use after, pool %.2f MiB "
