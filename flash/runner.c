@@ -430,13 +430,14 @@ static size_t fill_goal(const struct flash *f)
 
 /*
  * The window's pages are a mapping or two each, those the pool dropped
- * included, until the window lets them go. Below twice the pool's pages
- * (fit_map_count) nothing is checked; past that, the process's mappings
- * are counted: when this layer's reads (two mappings a page at worst)
- * would take them past the limit less MAP_MARGIN / 2, the other layers'
- * least used pages go too, and if that is not enough the run stops here
- * with a message, where a read past the limit would raise SIGBUS.
- * Returns 0 or -ENOMEM.
+ * included, until the window lets them go. While the window holds no more
+ * pages than fit_map_count left room for at two mappings each, nothing is
+ * checked; past that, the process's mappings are counted: when this
+ * layer's reads (a mapping a page; two for a page alone between unplaced
+ * ones, one for a page next to a placed one) would take them past the
+ * limit less MAP_MARGIN / 2, the other layers' least used pages go too,
+ * and if that is not enough the run stops here with a message, where a
+ * read past the limit would raise SIGBUS. Returns 0 or -ENOMEM.
  */
 static long maps_over(const struct flash *f, size_t bytes,
 		      struct sb_features *ft)

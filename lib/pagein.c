@@ -172,18 +172,19 @@ static void poison(struct sb_buf *buf, size_t idx, bool kept)
 	sbi_vma_poison(buf, idx);
 }
 
-/* Map a page read in over the kept page, complete: there is no moment at
- * which a touch could see anything else. Counted first: a thread that
- * touches the page once it is mapped takes no fault and waits for nothing,
- * and its next sb_pool_stats must include the page. */
 /*
- * Map the page read in; returns the page now placed there, or -errno. A
- * page evicted in place still maps its old heap page (kept): when no
+ * Map a page read in over the kept page, complete: there is no moment at
+ * which a touch could see anything else. Returns the page now placed
+ * there, or -errno. Counted first: a thread that touches the page once it
+ * is mapped takes no fault and waits for nothing, and its next
+ * sb_pool_stats must include the page.
+ *
+ * A page evicted in place that kept its heap page still maps it: when no
  * mapping can be made (at vm.max_map_count the kernel refuses every mmap,
  * even one that replaces a mapping whole), the data is copied into that
- * page instead, which changes no mapping, and the page read into goes
- * back. A process at its mapping limit so never loses the pages it has
- * evicted.
+ * page instead (UFFDIO_COPY, atomic as the mapping is), which changes no
+ * mapping, and the page read into goes back. A process at its mapping
+ * limit so still gets back the pages it evicted.
  */
 static long map_in(struct sb_buf *buf, const struct sbi_io *io)
 {
@@ -191,7 +192,11 @@ static long map_in(struct sb_buf *buf, const struct sbi_io *io)
 	sbi_ptref kept = sbi_pte_kept(io->src_pte);
 	long r;
 
+	sbi_count(&pool->n_pages_in, 1);
+	sbi_count(&pool->n_bytes_read, (uint64_t)io->res);
 	r = sbi_vma_place(buf, io->idx, 1, io->pid, buf->flags & SBI_BUF_RO);
+	if (r == 0)
+		return (long)io->pid;
 	if (r == -ENOMEM && !sbi_ptref_none(kept)) {
 		sbi_pid k = sbi_ptref_pid(kept);
 
@@ -199,15 +204,11 @@ static long map_in(struct sb_buf *buf, const struct sbi_io *io)
 		sbi_pid_unmap_pool(pool, io->pid);
 		if (r == 0) {
 			sbi_pool_swap_kept(pool, io->pid, k);
-			r = (long)k;
+			return (long)k;
 		}
-	} else if (r == 0) {
-		r = (long)io->pid;
 	}
-	if (r >= 0) {
-		sbi_count(&pool->n_pages_in, 1);
-		sbi_count(&pool->n_bytes_read, (uint64_t)io->res);
-	}
+	sbi_count(&pool->n_pages_in, (uint64_t)-1);
+	sbi_count(&pool->n_bytes_read, -(uint64_t)io->res);
 	return r;
 }
 
