@@ -206,6 +206,7 @@ struct flash {
 	int no_overlap;		/* wait for the reads before attention */
 	double t_release, t_prefetch, t_wait; /* seconds in each */
 	FILE *trace;		/* sbf_opts.trace */
+	int trace_errno;	/* its first write error */
 	size_t max_bytes;
 	size_t map_bytes;	/* what vm.max_map_count leaves room for */
 	size_t page_size;	/* the pool's */
@@ -536,18 +537,25 @@ static int make_room(struct flash *f, int l, size_t bytes)
 }
 
 /* One record of the trace (sbf_opts.trace): the neurons of idx[] whose
- * act[] is above 0, or all of them when act is NULL. */
-static void trace_layer(struct flash *f, int kind, int l, const int32_t *idx,
-			const float *act, int n)
+ * act[] is above 0, or all of them when act is NULL. 0, or -errno when a
+ * write failed (a full disk: the run stops rather than leave a trace cut
+ * short without saying so). */
+static int trace_layer(struct flash *f, int kind, int l, const int32_t *idx,
+		       const float *act, int n)
 {
 	int32_t hd[4] = {kind, f->tok, l, 0};
+	bool ok;
 
 	for (int j = 0; j < n; j++)
 		hd[3] += !act || act[j] > 0.0f;
-	fwrite(hd, sizeof(hd[0]), 4, f->trace);
-	for (int j = 0; j < n; j++)
+	errno = 0;
+	ok = fwrite(hd, sizeof(hd[0]), 4, f->trace) == 4;
+	for (int j = 0; j < n && ok; j++)
 		if (!act || act[j] > 0.0f)
-			fwrite(&idx[j], sizeof(idx[j]), 1, f->trace);
+			ok = fwrite(&idx[j], sizeof(idx[j]), 1, f->trace) == 1;
+	if (!ok && !f->trace_errno)
+		f->trace_errno = errno ? errno : EIO;
+	return ok ? 0 : -f->trace_errno;
 }
 
 static int flash_fetch(void *ctx, int l, const int32_t *idx, int n)
@@ -560,8 +568,8 @@ static int flash_fetch(void *ctx, int l, const int32_t *idx, int n)
 	long q;
 	int r;
 
-	if (f->trace)
-		trace_layer(f, 0, l, idx, NULL, n);
+	if (f->trace && (r = trace_layer(f, 0, l, idx, NULL, n)) < 0)
+		return r;
 	for (int j = 0; j < n; j++) {
 		uint8_t *u = &f->uses[(size_t)l * f->h->hidden + (size_t)idx[j]];
 
@@ -614,8 +622,8 @@ static int flash_fired(void *ctx, int l, const int32_t *idx, const float *act,
 	long q;
 	int r;
 
-	if (f->trace)
-		trace_layer(f, 1, l, idx, act, n);
+	if (f->trace && (r = trace_layer(f, 1, l, idx, act, n)) < 0)
+		return r;
 	for (int j = 0; j < n; j++) {
 		if (act[j] <= 0.0f)
 			continue;
@@ -678,6 +686,12 @@ static void bar(int done, int total, double t0)
 		el > 0 ? done / el : 0.0);
 	if (done == total)
 		fputc('\n', stderr);
+}
+
+int sbf_splits(const struct sbf_header *h, int whole_bundles)
+{
+	return !whole_bundles && !(h->bundle & (h->bundle - 1)) &&
+	       h->bundle >= 8192;
 }
 
 int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
@@ -769,8 +783,7 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 
 		sb_pool_opts_init(&po);
 		/* Split: an up row and a down column per page. */
-		if (!o->whole_bundles && !(h.bundle & (h.bundle - 1)) &&
-		    h.bundle >= 8192)
+		if (sbf_splits(&h, o->whole_bundles))
 			fl.half = h.bundle / 2;
 		po.page_size = fl.half ? fl.half
 			       : (h.bundle & (h.bundle - 1)) ? 4096
@@ -921,6 +934,7 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 	}
 	res->peak_rss = proc_field("/proc/self/status", "VmHWM:") * 1024;
 out:
+	res->trace_errno = fl.trace_errno;
 	sbf_run_free(&r);
 	sb_buf_destroy(fl.buf);
 	sb_pool_destroy(fl.pool);

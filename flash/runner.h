@@ -87,11 +87,17 @@ struct sbf_result {
 	double t_release;	/* flash: seconds releasing leavers */
 	double t_prefetch;	/* flash: seconds submitting prefetches */
 	double t_wait;		/* flash: seconds waiting for reads */
+	int trace_errno;	/* flash: the first error writing the trace
+				 * (the run stopped there), or 0 */
 };
 
 /* 0 or -errno; a message on stderr says what failed. */
 int sbf_run(const struct sbf_opts *o, struct sbf_result *res);
 
 const char *sbf_mode_name(enum sbf_mode m);
+/* Whether flash mode fetches this model's up rows and down columns apart
+ * (the split fetch, which --trace records): bundles a power of two from
+ * 8 KiB, and no whole_bundles. */
+int sbf_splits(const struct sbf_header *h, int whole_bundles);
 
 #endif /* SBFLASH_RUNNER_H */

@@ -21,6 +21,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,18 +29,20 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "model.h"
 #include "runner.h"
 #include "sbkernels.h"
 
+/* The first error writing the logits (a write too large for stdio's
+ * buffer goes straight to the file: its errno is not kept in the FILE). */
+static int logits_errno;
+
 static void write_logits(void *ctx, int step, const float *logits, int n)
 {
-	static int told;
-
 	(void)step;
 	if (fwrite(logits, sizeof(*logits), (size_t)n, ctx) != (size_t)n &&
-	    !told++)
-		fprintf(stderr, "sbflash: writing logits: %s\n",
-			strerror(errno));
+	    !logits_errno)
+		logits_errno = errno ? errno : EIO;
 }
 
 enum {
@@ -85,14 +88,16 @@ static const struct sbc_opt opts[] = {
 
 /* Whether paths a and b name one file: the same path, or one existing
  * file (links, other spellings). */
+/* Whether a and b are one file that an output would truncate or mix with
+ * another (a device such as /dev/null is not). */
 static int same_file(const char *a, const char *b)
 {
 	struct stat sa, sb;
 
-	if (!strcmp(a, b))
-		return 1;
-	return stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
-	       sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+	if (stat(a, &sa) < 0 || stat(b, &sb) < 0)
+		return !strcmp(a, b);
+	return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino &&
+	       !S_ISCHR(sa.st_mode);
 }
 
 /*
@@ -107,9 +112,14 @@ static FILE *open_out(const char *path)
 	FILE *f;
 
 	if (fd < 0) {
+		int e = errno;
+		struct stat st;
+
 		fprintf(stderr, "sbflash: %s: %s\n", path,
-			errno == ENXIO ? "a FIFO that nobody reads"
-				       : strerror(errno));
+			e == ENXIO && stat(path, &st) == 0 &&
+					S_ISFIFO(st.st_mode)
+				? "a FIFO that nobody reads"
+				: strerror(e));
 		return NULL;
 	}
 	if (fcntl(fd, F_SETFL, 0) < 0 || !(f = fdopen(fd, "wb"))) {
@@ -121,14 +131,14 @@ static FILE *open_out(const char *path)
 }
 
 /* Close an output; 0, or -errno with the reason on stderr (a full disk says
- * so, not "Input/output error"). */
-static int close_out(FILE *f, const char *path)
+ * so, not "Input/output error"). known: the first write's error, if any. */
+static int close_out(FILE *f, const char *path, int known)
 {
-	int e = 0;
+	int e = known;
 
-	if (fflush(f))
+	if (fflush(f) && !e)
 		e = errno;
-	else if (ferror(f))
+	else if (ferror(f) && !e)
 		e = EIO;
 	if (fclose(f) && !e)
 		e = errno;
@@ -159,7 +169,7 @@ int main(int argc, char **argv)
 		.opts = opts,
 	};
 	struct sbf_opts o = {0};
-	struct sbf_result r;
+	struct sbf_result r = {0};
 	const char *logits = NULL, *trace = NULL, *v;
 	FILE *lf = NULL;
 	int json = 0, threads = 0, err, e, opt;
@@ -250,6 +260,27 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sbflash: bad --threads %d\n", threads);
 		return 2;
 	}
+	/* The model is looked at before any output is opened (truncated):
+	 * a run that cannot start leaves them as they were. */
+	if (logits || trace) {
+		struct sbf_header h;
+		const char *why = NULL;
+		int fd = sbf_open(o.path, &h, &why);
+
+		if (fd < 0) {
+			fprintf(stderr, "sbflash: %s: %s\n", o.path,
+				why ? why : strerror(-fd));
+			return 1;
+		}
+		close(fd);
+		if (trace && !sbf_splits(&h, o.whole_bundles))
+			sbc_fail(&cli, "--trace records the split fetch, which "
+				       "needs bundles of a power of two from "
+				       "8 KiB (this model's are %u bytes)",
+				 h.bundle);
+	}
+	/* A reader that goes away is a write error (EPIPE), not a kill. */
+	signal(SIGPIPE, SIG_IGN);
 	if (logits) {
 		lf = open_out(logits);
 		if (!lf)
@@ -258,17 +289,28 @@ int main(int argc, char **argv)
 		o.ctx = lf;
 	}
 	if (trace) {
+		struct stat a, b;
+
 		o.trace = open_out(trace);
 		if (!o.trace) {
 			if (lf)
 				fclose(lf);
 			return 1;
 		}
+		/* Both made just now (not there to compare before). */
+		if (lf && fstat(fileno(lf), &a) == 0 &&
+		    fstat(fileno(o.trace), &b) == 0 && a.st_dev == b.st_dev &&
+		    a.st_ino == b.st_ino && !S_ISCHR(a.st_mode)) {
+			fclose(lf);
+			fclose(o.trace);
+			sbc_fail(&cli, "--logits and --trace name the same file");
+		}
 	}
 	err = sbf_run(&o, &r);
-	if (lf && (e = close_out(lf, logits)) < 0 && !err)
+	if (lf && (e = close_out(lf, logits, logits_errno)) < 0 && !err)
 		err = e;
-	if (o.trace && (e = close_out(o.trace, trace)) < 0 && !err)
+	if (o.trace && (e = close_out(o.trace, trace, r.trace_errno)) < 0 &&
+	    !err)
 		err = e;
 	if (err < 0) {
 		fprintf(stderr, "sbflash: %s mode failed: %s\n",

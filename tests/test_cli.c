@@ -434,6 +434,8 @@ static void bad_values(void)
 		 "--trace", "@out"},
 		{"--whole-bundles", "bin/sbflash", "@flash", "--whole-bundles",
 		 "--trace", "@out"},
+		/* The model's bundles are too small for the split fetch. */
+		{"split fetch", "bin/sbflash", "@flash", "--trace", "@out"},
 		{"lots", "bin/sbgen", "@out", "--model-bytes", "lots"},
 		{"abc", "bin/sbgen", "@out", "--dim", "abc"},
 		{"1.5", "bin/sbgen", "@out", "--active", "1.5"},
@@ -516,16 +518,30 @@ static void bad_values(void)
 	/* An output that is a FIFO nobody reads: refused at once, not
 	 * waited on (fopen would block in open(2) forever). */
 	{
-		const char *fifo = tpath("trace.fifo");
+		const char *fifo = tpath("logits.fifo");
 		char p[PATH_MAX + 64];
-		char *argv[] = {p, (char *)fm, "--trace", (char *)fifo, NULL};
+		char *argv[] = {p, (char *)fm, "--logits", (char *)fifo, NULL};
 		struct res r;
 
 		snprintf(p, sizeof(p), "%s/bin/sbflash", build);
 		CHECK(mkfifo(fifo, 0600) == 0);
 		run_argv(argv, TIMEOUT_S, &r);
-		expect("sbflash --trace FIFO", &r, 1, "nobody reads");
+		expect("sbflash --logits FIFO", &r, 1, "nobody reads");
 		unlink(fifo);
+		n++;
+	}
+	/* A full disk: said so (a step's logits go past stdio's buffer
+	 * straight to the file, and their error was lost). */
+	if (access("/dev/full", W_OK) == 0) {
+		char p[PATH_MAX + 64];
+		char *argv[] = {p, (char *)fm, "--mode", "resident",
+				"--logits", "/dev/full", "--steps", "2", NULL};
+		struct res r;
+
+		snprintf(p, sizeof(p), "%s/bin/sbflash", build);
+		run_argv(argv, TIMEOUT_S, &r);
+		expect("sbflash --logits /dev/full", &r, 1,
+		       "No space left on device");
 		n++;
 	}
 	/* sbgen refused before creating anything; sbflash left its model
