@@ -433,25 +433,36 @@ static size_t fill_goal(const struct flash *f)
  * The window's pages are a mapping or two each, those the pool dropped
  * included, until the window lets them go. While the window holds no more
  * pages than fit_map_count left room for at two mappings each, nothing is
- * checked; past that, the process's mappings are counted: when this
- * layer's reads (a mapping a page; two for a page alone between unplaced
- * ones, one for a page next to a placed one) would take them past the
- * limit less MAP_MARGIN / 2, the other layers' least used pages go too,
- * and if that is not enough the run stops here with a message, where a
- * read past the limit would raise SIGBUS. Returns 0 or -ENOMEM.
+ * checked. Past that, the process's mappings are counted before a layer's
+ * reads of `bytes` in `units` runs, and compared with what the reads can
+ * add at worst: a mapping a page and one more a run (a run of pages on
+ * scattered heap pages between unplaced ones), and two for each page the
+ * pool will have to drop to make room (marking a dropped page inside a
+ * mapping splits it). While that would pass the limit less MAP_MARGIN / 2,
+ * the other layers' least used pages go, round after round; if nothing is
+ * left to let go, the run stops here with a message, where a read past
+ * the limit would raise SIGBUS. Returns 0 or -ENOMEM.
  */
-static long maps_over(const struct flash *f, size_t bytes,
+static long maps_over(const struct flash *f, size_t bytes, size_t units,
 		      struct sb_features *ft)
 {
-	long need = (long)(bytes / f->page_size + 1);
+	struct sb_stats st;
+	size_t held, drops = 0;
+	long need;
 
 	if (sb_features_get(ft) < 0 || ft->max_map_count <= 0)
 		return 0;
+	sb_pool_stats(f->pool, &st);
+	held = held_bytes(f, &st) + bytes;
+	if (f->max_bytes != SIZE_MAX && held > f->max_bytes)
+		drops = (held - f->max_bytes) / f->page_size + 1;
+	need = (long)(bytes / f->page_size + units + 2 * drops);
 	return ft->map_count + need - (ft->max_map_count - MAP_MARGIN / 2);
 }
 
-static int fit_mappings(struct flash *f, int l, size_t bytes)
+static int fit_mappings(struct flash *f, int l, size_t bytes, size_t units)
 {
+	int L = (int)f->h->n_layers;
 	struct sb_features ft;
 	struct sb_stats st;
 	long over;
@@ -461,36 +472,40 @@ static int fit_mappings(struct flash *f, int l, size_t bytes)
 	sb_pool_stats(f->pool, &st);
 	if (held_bytes(f, &st) + bytes <= f->map_bytes)
 		return 0;
-	for (int d = 1; d < (int)f->h->n_layers; d++) {
-		over = maps_over(f, bytes, &ft);
+	while ((over = maps_over(f, bytes, units, &ft)) > 0) {
+		size_t before = f->held;
+
+		/* A page let go lowers the count by one at least. A layer
+		 * before l is done with this token's neurons. */
+		for (int d = 1; d < L && over > 0; d++) {
+			int l2 = (l + d) % L;
+			int r = release_lru(f, l2, (size_t)over * f->page_size,
+					    l2 < l);
+
+			if (r < 0)
+				return r;
+			over = maps_over(f, bytes, units, &ft);
+		}
 		if (over <= 0)
 			return 0;
-		/* A page let go lowers the count by up to two. A layer before
-		 * l is done with this token's neurons. */
-		int l2 = (l + d) % (int)f->h->n_layers;
-		int r = release_lru(f, l2, (size_t)(over + 1) / 2 * f->page_size,
-				    l2 < l);
-
-		if (r < 0)
-			return r;
+		if (f->held == before)
+			break;	/* nothing more to let go */
 	}
-	over = maps_over(f, bytes, &ft);
 	if (over <= 0)
 		return 0;
 	fprintf(stderr,
-		"sbflash: layer %d needs %.1f MiB more of pages (%ld "
-		"mappings or more), and this process has %ld of "
-		"vm.max_map_count=%ld mappings; raise it: sysctl "
-		"vm.max_map_count=%ld\n",
-		l, bytes / 1048576.0, (long)(bytes / f->page_size + 1),
-		ft.map_count,
+		"sbflash: layer %d reads %.1f MiB (%zu runs): up to %ld "
+		"mappings more than the %ld of vm.max_map_count=%ld this "
+		"process can still use; raise it: sysctl vm.max_map_count=%ld or more\n",
+		l, bytes / 1048576.0, units, over,
+		ft.max_map_count - MAP_MARGIN / 2 - ft.map_count,
 		ft.max_map_count, ft.max_map_count + over);
 	return -ENOMEM;
 }
 
 /* Before bytes more are read for layer l: release what the policy says so
  * that the window stays within fill_goal. Returns 0 or -errno. */
-static int make_room(struct flash *f, int l, size_t bytes)
+static int make_room(struct flash *f, int l, size_t bytes, size_t units)
 {
 	double t0 = now_s();
 
@@ -533,7 +548,7 @@ static int make_room(struct flash *f, int l, size_t bytes)
 		}
 	}
 	f->t_release += now_s() - t0;
-	return fit_mappings(f, l, bytes);
+	return fit_mappings(f, l, bytes, units);
 }
 
 /* One record of the trace (sbf_opts.trace): the neurons of idx[] whose
@@ -582,7 +597,7 @@ static int flash_fetch(void *ctx, int l, const int32_t *idx, int n)
 		if (*u < 255)
 			(*u)++;
 	}
-	r = make_room(f, l, nf * unit);
+	r = make_room(f, l, nf * unit, nf);
 	if (r < 0)
 		return r;
 	t1 = now_s();
@@ -635,7 +650,7 @@ static int flash_fired(void *ctx, int l, const int32_t *idx, const float *act,
 	}
 	if (!nd)
 		return 0;
-	r = make_room(f, l, nd * f->half);
+	r = make_room(f, l, nd * f->half, nd);
 	if (r < 0)
 		return r;
 	f->held += nd * f->half;
