@@ -206,6 +206,11 @@ static long map_in(struct sb_buf *buf, const struct sbi_io *io)
 			sbi_pool_swap_kept(pool, io->pid, k);
 			return (long)k;
 		}
+		/* A part may be in (a page of several 4 KiB): the kept page
+		 * holds no memory by the pool's count, and its entries go
+		 * before the page is poisoned. */
+		sbi_heap_punch(sbi_pid_heap(pool, k), sbi_pid_index(pool, k), 1,
+			       pool->page_size);
 	}
 	sbi_count(&pool->n_pages_in, (uint64_t)-1);
 	sbi_count(&pool->n_bytes_read, -(uint64_t)io->res);

@@ -230,22 +230,22 @@ int sbi_vma_continue(struct sb_buf *buf, size_t idx)
  * wakes the thread that waits. */
 int sbi_vma_copy_in(struct sb_buf *buf, size_t idx, const void *src)
 {
-	struct uffdio_copy copy = {
-		.dst = (uintptr_t)page_addr(buf, idx),
-		.src = (uintptr_t)src,
-		.len = pages_len(buf, 1),
-		.mode = UFFDIO_COPY_MODE_DONTWAKE,
-	};
+	struct uffdio_copy copy = {.mode = UFFDIO_COPY_MODE_DONTWAKE};
+	uintptr_t dst = (uintptr_t)page_addr(buf, idx);
+	size_t len = pages_len(buf, 1), done = 0;
 
 	SBI_HELD(&buf->lock);
 	for (int tries = 0; tries < 1000; tries++) {
+		copy.dst = dst + done;
+		copy.src = (uintptr_t)src + done;
+		copy.len = len - done;
 		copy.copy = 0;
 		if (ioctl(buf->pool->uffd, UFFDIO_COPY, &copy) == 0)
 			return 0;
 		if (errno != EAGAIN)
 			return -errno;
-		if (copy.copy > 0)	/* part of it done: the rest */
-			return -EAGAIN;
+		if (copy.copy > 0)	/* a part is in: the rest */
+			done += (size_t)copy.copy;
 	}
 	return -EAGAIN;
 }
