@@ -86,10 +86,9 @@ static const struct sbc_opt opts[] = {
 	{0},
 };
 
-/* Whether paths a and b name one file: the same path, or one existing
- * file (links, other spellings). */
-/* Whether a and b are one file that an output would truncate or mix with
- * another (a device such as /dev/null is not). */
+/* Whether paths a and b name one file that an output would truncate or
+ * mix with another: one existing file (links, other spellings), or the same
+ * path. A device such as /dev/null is not. */
 static int same_file(const char *a, const char *b)
 {
 	struct stat sa, sb;
@@ -138,7 +137,7 @@ static int close_out(FILE *f, const char *path, int known)
 
 	if (fflush(f) && !e)
 		e = errno;
-	else if (ferror(f) && !e)
+	if (ferror(f) && !e)
 		e = EIO;
 	if (fclose(f) && !e)
 		e = errno;
