@@ -230,7 +230,7 @@ static const char *self_exe;
  * gdb is installed and allowed to attach. */
 static inline void dump_hung(pid_t pid)
 {
-	char cmd[512];
+	char cmd[1024];
 
 	fprintf(stderr, "-- threads of hung child %d\n", (int)pid);
 	fflush(stderr);
@@ -239,9 +239,15 @@ static inline void dump_hung(pid_t pid)
 		 "echo \"  task ${t##*/} $(cat $t/comm 2>/dev/null) "
 		 "wchan=$(cat $t/wchan 2>/dev/null)\"; "
 		 "sed 's/^/    /' $t/stack 2>/dev/null | head -12; done >&2; "
-		 "command -v gdb >/dev/null && timeout 30 gdb -q -batch -p %d "
-		 "-ex 'thread apply all bt 20' </dev/null 2>&1 | "
-		 "grep -E '^(Thread|#)' >&2",
+		 "command -v gdb >/dev/null || { echo '  (no gdb: no "
+		 "backtraces)' >&2; exit 0; }; "
+		 "f=$(mktemp /tmp/sbhung-XXXXXX); "
+		 "timeout -k 5 60 gdb -q -batch -nx "
+		 "-iex 'set debuginfod enabled off' -p %d "
+		 "-ex 'thread apply all bt 20' </dev/null >$f 2>&1; "
+		 "echo \"  gdb: exit $?\" >&2; "
+		 "grep -E '^(Thread|#)' $f >&2 || tail -n 20 $f >&2; "
+		 "rm -f $f",
 		 (int)pid, (int)pid);
 	if (system(cmd) < 0)
 		fprintf(stderr, "dump_hung: system: %s\n", strerror(errno));
