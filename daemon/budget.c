@@ -17,6 +17,12 @@
  * disk, docs/daemon.md). The client asking is never asked: if nothing
  * else can be freed it is refused and evicts its own pages. A request
  * waits at most PARK_MS for the others' answers.
+ *
+ * Floors: a client may have part of the budget reserved (SBD_FLOOR, at
+ * most --max-floor each, the floors together at most the budget). Nobody
+ * else is leased the part of a floor its client does not hold (room), and
+ * no client is asked to give back below its floor (giveable). So a client
+ * can always grow to its floor without waiting for anyone.
  */
 #include "server.h"
 
@@ -26,25 +32,54 @@
 #define RECLAIM_RETRY_MS 1000	/* ask a client again after this long */
 #define DRY_MS 3000		/* one that gave nothing: not asked again */
 
+/* What c may be asked to give back: its lease above its floor. */
+static uint64_t giveable(const struct sbd_client *c)
+{
+	return c->lease > c->floor ? c->lease - c->floor : 0;
+}
+
 /* May c be asked for pages now? */
 static bool askable(const struct sbd_client *c,
 		    const struct sbd_client *except, uint64_t now)
 {
-	return c != except && !c->control && c->lease &&
+	return c != except && !c->control && giveable(c) &&
 	       !(c->reclaim_asked && now - c->reclaim_ms < RECLAIM_RETRY_MS) &&
 	       !(c->dry_ms && now - c->dry_ms < DRY_MS);
 }
 
-static uint64_t room(const struct sbd_server *s)
+/* The floors of clients other than except, in the part they do not
+ * hold. */
+static uint64_t reserved(const struct sbd_server *s,
+			 const struct sbd_client *except)
 {
-	return s->used < s->max_bytes ? s->max_bytes - s->used : 0;
+	uint64_t r = 0;
+
+	if (!s->floors)
+		return 0;
+	for (const struct sbd_client *c = s->clients; c; c = c->next)
+		if (c != except && c->floor > c->lease)
+			r += c->floor - c->lease;
+	return r;
+}
+
+uint64_t sbd_budget_room(const struct sbd_server *s,
+			 const struct sbd_client *c)
+{
+	uint64_t taken = s->used + reserved(s, c);
+
+	return taken < s->max_bytes ? s->max_bytes - taken : 0;
+}
+
+static uint64_t room(const struct sbd_server *s, const struct sbd_client *c)
+{
+	return sbd_budget_room(s, c);
 }
 
 /* Grant c what fits of [min, want] now. */
 static bool try_grant(struct sbd_server *s, struct sbd_client *c,
 		      uint32_t seq, uint64_t min, uint64_t want)
 {
-	uint64_t g = room(s);
+	uint64_t g = room(s, c);
 
 	if (g < min)
 		return false;
@@ -80,6 +115,8 @@ static void reclaim(struct sbd_server *s, struct sbd_client *except,
 		if (!askable(c, except, now))
 			continue;
 		slack = c->lease > c->resident ? c->lease - c->resident : 0;
+		if (slack > giveable(c))
+			slack = giveable(c);
 		if (!slack)
 			continue;
 		sbd_send_reclaim(s, c, slack);
@@ -98,8 +135,9 @@ static void reclaim(struct sbd_server *s, struct sbd_client *except,
 		if (!idlest)
 			break;
 		{
-			uint64_t ask = need < idlest->lease ? need
-							    : idlest->lease;
+			uint64_t ask = need < giveable(idlest)
+					       ? need
+					       : giveable(idlest);
 
 			ask = (ask + 4095) & ~(uint64_t)4095;
 			sbd_send_reclaim(s, idlest, ask);
@@ -134,16 +172,16 @@ void sbd_budget_lease(struct sbd_server *s, struct sbd_client *c,
 		return;
 	/* The cache's blocks nobody maps first: a prefix is worth less
 	 * than a process's pages. */
-	sbd_cache_shrink(s, min - room(s));
+	sbd_cache_shrink(s, min - room(s, c));
 	if (try_grant(s, c, seq, min, want))
 		return;
-	reclaim(s, c, min - room(s));
+	reclaim(s, c, min - room(s, c));
 	if (!reclaim_pending(s, c)) {
 		if (s->verbose)
 			sbd_log("client %u (pid %d): %llu KiB refused at once "
 				"(room %llu KiB, nobody to ask)", c->id,
 				(int)c->pid, (unsigned long long)(min >> 10),
-				(unsigned long long)(room(s) >> 10));
+				(unsigned long long)(room(s, c) >> 10));
 		s->refused++;
 		sbd_reply(s, c, seq, -ENOMEM, 0, 0, 0, -1);
 		return;
@@ -200,14 +238,56 @@ void sbd_budget_drop(struct sbd_server *s, struct sbd_client *c)
 {
 	s->used -= c->lease;
 	c->lease = 0;
+	s->floors -= c->floor;
+	c->floor = 0;
 	c->parked = false;
 	grant_parked(s);
 }
 
 void sbd_budget_check(struct sbd_server *s)
 {
-	if (s->used > s->max_bytes)
-		reclaim(s, NULL, s->used - s->max_bytes);
+	uint64_t taken = s->used + reserved(s, NULL);
+
+	if (taken <= s->max_bytes)
+		return;
+	/* Cold cached blocks first, then the clients above their
+	 * floors. */
+	taken -= sbd_cache_shrink(s, taken - s->max_bytes);
+	if (taken > s->max_bytes)
+		reclaim(s, NULL, taken - s->max_bytes);
+}
+
+void sbd_budget_floor(struct sbd_server *s, struct sbd_client *c,
+		      uint32_t seq, uint64_t bytes)
+{
+	int err = 0;
+
+	if (bytes > s->max_floor)
+		err = -EPERM;
+	else if (s->floors - c->floor + bytes > s->max_bytes)
+		err = -ENOSPC;
+	if (err) {
+		sbd_log("client %u (pid %d): a floor of %llu KiB refused "
+			"(%s; --max-floor %llu KiB, floors %llu KiB of "
+			"%llu KiB)", c->id, (int)c->pid,
+			(unsigned long long)(bytes >> 10),
+			err == -EPERM ? "above --max-floor"
+				      : "the floors would pass the budget",
+			(unsigned long long)(s->max_floor >> 10),
+			(unsigned long long)(s->floors >> 10),
+			(unsigned long long)(s->max_bytes >> 10));
+		sbd_reply(s, c, seq, err, 0, 0, 0, -1);
+		return;
+	}
+	s->floors = s->floors - c->floor + bytes;
+	c->floor = bytes;
+	if (s->verbose)
+		sbd_log("client %u (pid %d): floor %llu KiB", c->id,
+			(int)c->pid, (unsigned long long)(bytes >> 10));
+	sbd_reply(s, c, seq, 0, bytes, 0, 0, -1);
+	/* The reservation may not fit what others hold now: they give
+	 * back what is above their floors. */
+	sbd_budget_check(s);
 }
 
 void sbd_budget_tick(struct sbd_server *s)
@@ -219,8 +299,8 @@ void sbd_budget_tick(struct sbd_server *s)
 		if (!c->parked)
 			continue;
 		if (now - c->park_ms < PARK_MS && !reclaim_pending(s, c) &&
-		    room(s) < c->park_min)
-			reclaim(s, c, c->park_min - room(s));	/* others */
+		    room(s, c) < c->park_min)
+			reclaim(s, c, c->park_min - room(s, c));	/* others */
 		if (now - c->park_ms >= PARK_MS || !reclaim_pending(s, c)) {
 			/* Everyone answered, or too slowly: nothing more
 			 * will come. Granted if it fits now (an older
@@ -236,7 +316,7 @@ void sbd_budget_tick(struct sbd_server *s)
 					(int)c->pid,
 					(unsigned long long)(c->park_min >> 10),
 					(unsigned long long)(now - c->park_ms),
-					(unsigned long long)(room(s) >> 10));
+					(unsigned long long)(room(s, c) >> 10));
 			s->refused++;
 			sbd_reply(s, c, c->park_seq, -ENOMEM, 0, 0, 0, -1);
 		}

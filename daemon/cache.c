@@ -620,9 +620,10 @@ uint64_t sbd_cache_shrink(struct sbd_server *s, uint64_t need)
 	return before - s->cache_bytes;
 }
 
+/* What the cache may take: the clients' unused floors are theirs. */
 static uint64_t room(const struct sbd_server *s)
 {
-	return s->used < s->max_bytes ? s->max_bytes - s->used : 0;
+	return sbd_budget_room(s, NULL);
 }
 
 /* ---- messages -------------------------------------------------------------------- */

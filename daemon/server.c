@@ -131,6 +131,8 @@ static void status(struct sbd_server *s, struct sbd_client *who, uint32_t seq)
 	st->cache_blocks = sbd_cache_blocks(s);
 	st->cache_hits = s->cache_hits;
 	st->cache_misses = s->cache_misses;
+	st->floors = s->floors;
+	st->max_floor = s->max_floor;
 	for (struct sbd_client *c = s->clients; c; c = c->next) {
 		if (c->control)
 			continue;
@@ -143,7 +145,7 @@ static void status(struct sbd_server *s, struct sbd_client *who, uint32_t seq)
 			.id = c->id, .page_size = (uint32_t)c->page_size,
 			.bytes = c->lease, .resident = c->resident,
 			.used = c->used, .spilled = c->spilled,
-			.idle_ms = now - c->active_ms,
+			.idle_ms = now - c->active_ms, .floor = c->floor,
 		};
 	}
 	st->nclients = n;
@@ -281,6 +283,13 @@ static bool serve(struct sbd_server *s, struct sbd_client *c,
 		}
 		note_usage(c, m);
 		sbd_budget_return(s, c, m->a, m->b);
+		return true;
+	case SBD_FLOOR:
+		if (m->a % c->page_size) {
+			*why = "a floor of part of a page";
+			return false;
+		}
+		sbd_budget_floor(s, c, m->seq, m->a);
 		return true;
 	case SBD_REPORT:
 		note_usage(c, m);

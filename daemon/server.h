@@ -30,6 +30,7 @@ struct sbd_client {
 	bool control;		/* sparsebufctl: no budget */
 	uint64_t page_size;
 	uint64_t lease;		/* bytes it may hold: counted in the budget */
+	uint64_t floor;		/* bytes reserved for it (SBD_FLOOR) */
 	uint64_t resident, used, spilled;	/* as it reported */
 	uint64_t active_ms;	/* its last lease request or growth */
 	/* A RECLAIM sent and not answered yet. */
@@ -52,6 +53,8 @@ struct sbd_server {
 	bool own_socket;	/* we bound it: unlink at exit */
 	const char *socket_path;
 	uint64_t max_bytes;
+	uint64_t max_floor;	/* --max-floor: the largest floor granted */
+	uint64_t floors;	/* the clients' floors, summed */
 	uint64_t page_size;
 	gid_t group;		/* --group, else (gid_t)-1 */
 	uid_t self_uid;
@@ -97,6 +100,13 @@ void sbd_budget_drop(struct sbd_server *s, struct sbd_client *c);
 void sbd_budget_check(struct sbd_server *s);
 /* Parked requests: grant what fits, refuse what waited too long. */
 void sbd_budget_tick(struct sbd_server *s);
+/* A FLOOR request: c's floor set to bytes, or refused. */
+void sbd_budget_floor(struct sbd_server *s, struct sbd_client *c,
+		      uint32_t seq, uint64_t bytes);
+/* Bytes that may be given to c now (NULL: to the machine-wide cache):
+ * the budget less what is used and the floors others hold unused. */
+uint64_t sbd_budget_room(const struct sbd_server *s,
+			 const struct sbd_client *c);
 
 /* cache.c: the machine-wide prefix cache. */
 /* A cache message from c (payload: m->len bytes); false: drop c. */

@@ -4,7 +4,8 @@
  * machine (docs/daemon.md).
  *
  *   sparsebufd --socket PATH --max-bytes SIZE [--page-size SIZE]
- *              [--group NAME] [--foreground] [--verbose]
+ *              [--max-floor SIZE] [--spill-dir DIR] [--group NAME]
+ *              [--foreground] [--verbose]
  *
  * Client pools (SPARSEBUF_DAEMON=PATH, or sb_pool_connect) lease pages
  * from the budget, a chunk at a time; when it is full the daemon asks the
@@ -33,7 +34,10 @@
 
 extern bool sbd_use_syslog;
 
-enum { O_SOCKET = 1, O_MAX, O_PAGE, O_SPILL, O_GROUP, O_FG, O_VERBOSE };
+enum {
+	O_SOCKET = 1, O_MAX, O_PAGE, O_FLOOR, O_SPILL, O_GROUP, O_FG,
+	O_VERBOSE
+};
 
 static const struct sbc_opt opts[] = {
 	{O_SOCKET, "--socket", "PATH", "the socket clients connect to "
@@ -42,6 +46,9 @@ static const struct sbc_opt opts[] = {
 	 "pages, reserve and unused lease together (K/M/G/T)"},
 	{O_PAGE, "--page-size", "SIZE", "the page size announced to clients "
 	 "(default 256K); a client may use another: leases are in bytes"},
+	{O_FLOOR, "--max-floor", "SIZE", "the largest part of the budget one "
+	 "client may have reserved (its SPARSEBUF_MIN_BYTES; default 0: "
+	 "none)"},
 	{O_SPILL, "--spill-dir", "DIR", "where cached prefixes nobody maps go "
 	 "when the budget needs room (else they are dropped)"},
 	{O_GROUP, "--group", "NAME", "the socket's group (mode 0660): its "
@@ -137,6 +144,7 @@ int main(int argc, char **argv)
 	};
 	struct sbd_server s = {.page_size = 256 << 10, .group = (gid_t)-1};
 	bool fg = false;
+	const char *floor_arg = NULL;
 	const char *val;
 	struct rlimit rl;
 	sigset_t mask;
@@ -157,6 +165,11 @@ int main(int argc, char **argv)
 			if (s.page_size & (s.page_size - 1))
 				sbc_fail(&cli, "--page-size %s: not a power "
 					 "of two", val);
+			break;
+		case O_FLOOR:
+			s.max_floor = sbc_size(&cli, val, 0,
+					       (uint64_t)1 << 46);
+			floor_arg = val;
 			break;
 		case O_GROUP: {
 			struct group *g = getgrnam(val);
@@ -187,6 +200,10 @@ int main(int argc, char **argv)
 	if (!s.max_bytes)
 		sbc_fail(&cli, "--max-bytes is required");
 	s.max_bytes &= ~(uint64_t)4095;
+	s.max_floor &= ~(uint64_t)4095;
+	if (s.max_floor > s.max_bytes)
+		sbc_fail(&cli, "--max-floor %s is above --max-bytes",
+			 floor_arg);
 	if (!s.socket_path && !getenv("LISTEN_FDS"))
 		sbc_fail(&cli, "--socket is required");
 	if (!s.socket_path)

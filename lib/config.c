@@ -236,6 +236,7 @@ __attribute__((constructor)) static void sparsebuf_init_env(void)
 	env_size("SPARSEBUF_PAGE_SIZE", &env_opts.page_size);
 	env_size("SPARSEBUF_HEAP_SIZE", &env_opts.heap_size);
 	env_size("SPARSEBUF_MAX_BYTES", &env_opts.max_bytes);
+	env_size("SPARSEBUF_MIN_BYTES", &env_opts.min_bytes);
 	env_numa();
 	env_threads();
 	env_daemon_vars();
@@ -273,6 +274,8 @@ const char *sbi_opts_check(const struct sb_pool_opts *o)
 		return "heap holds more than 4M pages";
 	if (o->numa_node < -1)
 		return "NUMA node below -1";
+	if (o->max_bytes && o->min_bytes > o->max_bytes)
+		return "min_bytes (SPARSEBUF_MIN_BYTES) above max_bytes";
 	return NULL;
 }
 

@@ -42,6 +42,7 @@ struct dheap {
 struct sbi_dclient {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	size_t page_size;
+	uint64_t floor;			/* asked for after every HELLO */
 	int quit_fd;
 	pthread_t reader;
 	bool started;
@@ -121,9 +122,46 @@ static int wait_readable(int s, int ms)
 	return r < 0 ? -errno : r;
 }
 
+/* Ask for c->floor on s, just connected: 0 or -errno (the daemon's
+ * answer, or the connection's). A RECLAIM may come first (a new daemon
+ * over its budget asks at once): it is left unanswered here, and the
+ * daemon asks again a second later. */
+static int ask_floor(struct sbi_dclient *c, int s)
+{
+	char buf[sizeof(struct sbd_msg) + 64];
+	struct sbd_msg m = {
+		.magic = SBD_MAGIC, .type = SBD_FLOOR, .seq = 2,
+		.a = c->floor,
+	};
+	int r = sbd_send(s, &m, NULL, -1), fd;
+	long n;
+
+	while (r == 0) {
+		r = wait_readable(s, 2000);
+		if (r == 0)
+			return -ETIMEDOUT;
+		if (r < 0)
+			return r;
+		n = sbd_recv(s, buf, sizeof(buf), &fd);
+		if (fd >= 0)
+			close(fd);
+		r = n < 0 ? (int)n : n == 0 ? -ECONNRESET : 0;
+		if (r == 0)
+			r = sbd_msg_check(buf, (size_t)n, fd >= 0, true, &m);
+		if (r == 0 && m.type == SBD_RECLAIM)
+			continue;
+		if (r == 0 && (m.type != SBD_REPLY || m.seq != 2))
+			r = -EPROTO;
+		if (r == 0)
+			return (int)m.err;
+	}
+	return r;
+}
+
 /* Connect and say HELLO, with what the pool holds already (cbs.held,
- * asked once connected: a reconnection). The socket, or -errno. Run
- * before the reader starts, or by the reader itself. */
+ * asked once connected: a reconnection), then ask for the floor. The
+ * socket, or -errno. Run before the reader starts, or by the reader
+ * itself. */
 static int hello(struct sbi_dclient *c)
 {
 	char buf[sizeof(struct sbd_msg) + 64];
@@ -157,6 +195,21 @@ static int hello(struct sbi_dclient *c)
 		r = (int)m.err;
 	if (r < 0)
 		goto fail;
+	if (c->floor) {
+		r = ask_floor(c, s);
+		if ((r == -EPERM || r == -ENOSPC) && c->gen) {
+			/* A new daemon that grants less: the pages held
+			 * matter more than the reservation. */
+			sbi_warn("sparsebufd at %s: the floor of %llu KiB "
+				 "was refused after reconnecting (%s); going "
+				 "on without one",
+				 c->path, (unsigned long long)(c->floor >> 10),
+				 strerror(-r));
+			r = 0;
+		}
+		if (r < 0)
+			goto fail;
+	}
 	pthread_mutex_lock(&c->lock);
 	c->id = (uint32_t)m.a;
 	c->daemon_max = m.b;
@@ -317,7 +370,7 @@ static void *reader(void *arg)
 }
 
 struct sbi_dclient *sbi_dclient_open(const char *path, size_t page_size,
-				     int *err)
+				     uint64_t floor, int *err)
 {
 	struct sbi_dclient *c;
 	int s;
@@ -334,6 +387,7 @@ struct sbi_dclient *sbi_dclient_open(const char *path, size_t page_size,
 	}
 	strcpy(c->path, path);
 	c->page_size = page_size;
+	c->floor = floor;
 	c->sock = -1;
 	c->reply_fd = -1;
 	c->reply_payload = malloc(SBD_MAX_PAYLOAD);

@@ -23,6 +23,7 @@ static const char *const names[SBD_TYPE_END] = {
 	[SBD_CACHE_GET] = "cache-get",	     [SBD_CACHE_HEAP] = "cache-heap",
 	[SBD_CACHE_UNPIN] = "cache-unpin", [SBD_CACHE_MODEL] = "cache-model",
 	[SBD_CACHE_LIST] = "cache-list",
+	[SBD_FLOOR] = "floor",
 };
 
 const char *sbd_type_name(unsigned type)
@@ -128,6 +129,10 @@ int sbd_msg_check(const void *buf, size_t n, unsigned nfds, bool from_daemon,
 		break;
 	case SBD_CACHE_LIST:
 		if (!m->seq)
+			return -EBADMSG;
+		break;
+	case SBD_FLOOR:
+		if (!m->seq || !size_ok(m->a, true))
 			return -EBADMSG;
 		break;
 	}

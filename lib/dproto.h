@@ -77,6 +77,13 @@ enum sbd_type {
 	SBD_CACHE_LIST,	/* Reply: payload struct sbd_cache_entry[], one per
 			 * cached prefix (a block without children), the
 			 * most recently used first. */
+	/* client -> daemon, right after HELLO (and again after a
+	 * reconnection): the bytes of the budget reserved for this client
+	 * (its floor; 0: none). Never taken back below it, and never leased
+	 * to anyone else while it holds less. Reply: err 0; -EPERM (above
+	 * the daemon's --max-floor), -ENOSPC (the floors would pass the
+	 * budget). */
+	SBD_FLOOR,	/* a: bytes, whole pages of the client's */
 	SBD_TYPE_END
 };
 
@@ -128,6 +135,8 @@ struct sbd_status {
 	uint64_t clients_total;	/* connections served since start */
 	uint64_t cache_blocks;	/* blocks of the machine-wide cache */
 	uint64_t cache_hits, cache_misses;	/* CACHE_GET answers */
+	uint64_t floors;	/* the clients' floors, summed */
+	uint64_t max_floor;	/* --max-floor */
 };
 
 struct sbd_client_info {
@@ -138,6 +147,7 @@ struct sbd_client_info {
 	uint64_t bytes;		/* leased */
 	uint64_t resident, used, spilled;
 	uint64_t idle_ms;	/* since its last lease or report with growth */
+	uint64_t floor;		/* bytes reserved for it (SBD_FLOOR) */
 };
 
 #define SBD_MAX_CLIENTS_LISTED \

@@ -245,10 +245,12 @@ struct sbi_dclient_cbs {
 	void (*reconnected)(void *arg);
 };
 
-/* Connect to the daemon at path and say HELLO: the connection, or NULL
- * with *err (-ENOENT, -ECONNREFUSED: no daemon; -EACCES; -EPROTO). */
+/* Connect to the daemon at path and say HELLO, then ask for a floor of
+ * floor bytes when not 0: the connection, or NULL with *err (-ENOENT,
+ * -ECONNREFUSED: no daemon; -EACCES; -EPROTO; the floor refused: -EPERM,
+ * -ENOSPC). */
 struct sbi_dclient *sbi_dclient_open(const char *path, size_t page_size,
-				     int *err);
+				     uint64_t floor, int *err);
 /* Start its reader thread (replies, reclaims, reconnection). */
 int sbi_dclient_start(struct sbi_dclient *c, const struct sbi_dclient_cbs *cbs);
 void sbi_dclient_close(struct sbi_dclient *c);
@@ -766,7 +768,7 @@ void sbi_pool_stats_locked(struct sb_pool *pool, struct sb_stats *st);
 
 /* The sizes of the public structs in 0.1 (what the plain-named entry
  * points of 0.1 programs pass). */
-#define SBI_SIZE_POOL_OPTS_0_1 sizeof(struct sb_pool_opts)
+#define SBI_SIZE_POOL_OPTS_0_1 offsetof(struct sb_pool_opts, min_bytes)
 #define SBI_SIZE_STATS_0_1 offsetof(struct sb_stats, pages_touched)
 #define SBI_SIZE_FEATURES_0_1 offsetof(struct sb_features, first_access_ns)
 #define SBI_SIZE_KV_CONFIG_0_1 offsetof(struct sb_kv_config, flags)

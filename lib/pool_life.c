@@ -137,7 +137,19 @@ SB_API struct sb_pool *sb_pool_connect_sz(const char *path,
 		return fail(err, r);
 	if (sbi_opts_check(&o))
 		return pool_create(&o, NULL, err);	/* says why */
-	c = sbi_dclient_open(path, o.page_size, &r);
+	/* A floor is whole pages (the pool's budget is counted in them). */
+	if (o.min_bytes % o.page_size)
+		o.min_bytes += o.page_size - o.min_bytes % o.page_size;
+	c = sbi_dclient_open(path, o.page_size, o.min_bytes, &r);
+	if (!c && o.min_bytes && (r == -EPERM || r == -ENOSPC)) {
+		/* Asked for explicitly: said whatever the log level. */
+		sbi_err("sb_pool_connect: sparsebufd at %s refused a floor of "
+			"%zu KiB (min_bytes, SPARSEBUF_MIN_BYTES): %s",
+			path, o.min_bytes >> 10,
+			r == -EPERM ? "above its --max-floor"
+				    : "its floors would pass its budget");
+		return fail(err, r);
+	}
 	if (!c) {
 		sbi_info("sb_pool_connect: sparsebufd at %s: %s", path,
 			 strerror(-r));
@@ -466,10 +478,14 @@ static void make_default(void)
 	sbi_env_opts(&opts);
 	if (sbi_env_daemon()) {
 		/* SPARSEBUF_DAEMON: a client of sparsebufd. No daemon now:
-		 * SPARSEBUF_DAEMON_FALLBACK says whether to run alone. */
+		 * SPARSEBUF_DAEMON_FALLBACK says whether to run alone. A
+		 * daemon that refuses the floor asked for (-EPERM, -ENOSPC)
+		 * is there: running alone would not give the reservation
+		 * either. */
 		default_pool = sb_pool_connect_sz(sbi_env_daemon(), &opts,
 						  sizeof(opts), &err);
-		if (default_pool || sbi_env_daemon_fail() || err == -EINVAL) {
+		if (default_pool || sbi_env_daemon_fail() || err == -EINVAL ||
+		    (opts.min_bytes && (err == -EPERM || err == -ENOSPC))) {
 			default_err = default_pool ? 0 : err;
 			if (!default_pool)
 				sbi_err("the default pool is unavailable: "

@@ -52,18 +52,25 @@ static void kill_daemon(void)
 		kill(daemon_pid, SIGKILL);
 }
 
-static void start_daemon(const char *max)
+/* Start sparsebufd with a budget of max, and --max-floor floor when not
+ * NULL. */
+static void start_daemon_floor(const char *max, const char *floor)
 {
 	/* SBD_TEST_VERBOSE=1: the daemon logs every lease and reclaim. */
-	char *argv[] = {daemon_bin, (char *)"--socket", sock_path,
-			(char *)"--max-bytes", (char *)max,
-			(char *)"--foreground",
-			getenv("SBD_TEST_VERBOSE") ? (char *)"--verbose" : NULL,
-			NULL};
+	char *argv[10] = {daemon_bin, (char *)"--socket", sock_path,
+			  (char *)"--max-bytes", (char *)max,
+			  (char *)"--foreground"};
+	int n = 6;
 	double t0 = now_s();
 	pid_t parent = getpid();
 	int fd;
 
+	if (floor) {
+		argv[n++] = (char *)"--max-floor";
+		argv[n++] = (char *)floor;
+	}
+	if (getenv("SBD_TEST_VERBOSE"))
+		argv[n++] = (char *)"--verbose";
 	daemon_pid = fork();
 	CHECK(daemon_pid >= 0);
 	if (daemon_pid == 0) {
@@ -79,6 +86,11 @@ static void start_daemon(const char *max)
 		usleep(5000);
 	}
 	close(fd);
+}
+
+static void start_daemon(const char *max)
+{
+	start_daemon_floor(max, NULL);
 }
 
 static void stop_daemon(int sig)
@@ -132,7 +144,8 @@ static uint64_t used_now(void)
 	return st.bytes_used;
 }
 
-static struct sb_pool *connect_pool(size_t ceiling, int *err)
+/* A client pool with a ceiling and a floor (0: none). */
+static struct sb_pool *connect_floor(size_t ceiling, size_t floor, int *err)
 {
 	struct sb_pool_opts o;
 
@@ -140,8 +153,14 @@ static struct sb_pool *connect_pool(size_t ceiling, int *err)
 	o.page_size = PAGE;
 	o.heap_size = 16 * MiB;
 	o.max_bytes = ceiling;
+	o.min_bytes = floor;
 	o.spill_dir = dir;
 	return sb_pool_connect(sock_path, &o, err);
+}
+
+static struct sb_pool *connect_pool(size_t ceiling, int *err)
+{
+	return connect_floor(ceiling, 0, err);
 }
 
 static void fill(char *p, size_t len, unsigned seed)
@@ -845,6 +864,28 @@ static int child_idle_evictable(void)
 	return 0;
 }
 
+/* Idle with 40 MiB of evictable pages and a floor of 32 MiB. */
+static int child_idle_floor(void)
+{
+	int err = 0;
+	struct sb_pool *pool = connect_floor(0, 32 * MiB, &err);
+	struct sb_buf *b;
+	char *x;
+
+	if (!pool)
+		FAIL("sb_pool_connect with a floor: %s", strerror(-err));
+	b = make_buf(pool, 1 * GiB, SB_BUF_EVICTABLE);
+	x = sb_buf_addr(b);
+	CHECK_EQ(sb_buf_map(b, 0, 40 * MiB), 40 * MiB / PAGE);
+	fill(x, 40 * MiB, 11);
+	mark("floor-ready");
+	wait_mark("floor-check", 60);
+	CHECK(check_fill(x, 40 * MiB, 11));
+	VERIFY(pool);
+	sb_pool_destroy(pool);
+	return 0;
+}
+
 /* Holds 40 MiB it cannot give back until told to exit. */
 static int child_hog(void)
 {
@@ -1068,6 +1109,107 @@ static void test_idle_gives(void)
 	stop_daemon(SIGTERM);
 }
 
+static uint64_t lease_of(pid_t pid)
+{
+	struct sbd_client_info ci[16];
+	struct sbd_status st;
+	int n = status(&st, ci, 16);
+
+	for (int i = 0; i < n && i < 16; i++)
+		if (ci[i].pid == pid)
+			return ci[i].bytes;
+	return 0;
+}
+
+/* Map 4 MiB steps into b from off until refused or at most max: the
+ * bytes placed. The budget is never passed meanwhile. */
+static size_t map_until_refused(struct sb_buf *b, size_t off, size_t max,
+				uint64_t budget)
+{
+	size_t done = 0;
+
+	while (done < max) {
+		long r = sb_buf_map(b, off + done, 4 * MiB);
+
+		CHECK(used_now() <= budget);
+		if (r == -ENOMEM)
+			break;
+		CHECK_EQ(r, 4 * MiB / PAGE);
+		done += 4 * MiB;
+	}
+	return done;
+}
+
+/* Floors: a part of the budget reserved for a client. Nobody else is
+ * given it while the client holds less, and the client is never asked
+ * below it; floors beyond --max-floor or the budget are refused. */
+static void test_floors(void)
+{
+	struct sbd_client_info ci[4];
+	struct sbd_status st;
+	struct sb_pool *r, *p, *q;
+	struct sb_buf *rb, *pb;
+	size_t got;
+	int err = 0;
+	pid_t idle;
+
+	start_daemon_floor("64M", "32M");
+	/* Refused: above --max-floor, and past the budget together. */
+	CHECK(!connect_floor(0, 48 * MiB, &err) && err == -EPERM);
+	r = connect_floor(0, 32 * MiB, &err);
+	CHECK(r);
+	q = connect_floor(0, 24 * MiB, &err);
+	CHECK(q);
+	CHECK(!connect_floor(0, 16 * MiB, &err) && err == -ENOSPC);
+	/* A floor above the pool's own ceiling is a bad option. */
+	CHECK(!connect_floor(16 * MiB, 24 * MiB, &err) && err == -EINVAL);
+	sb_pool_destroy(q);
+	WAIT_FOR((status(&st, ci, 4), st.floors == 32 * MiB), 2);
+	CHECK_EQ(status(&st, ci, 4), 1);
+	CHECK_EQ(st.floors, 32 * MiB);
+	CHECK_EQ(st.max_floor, 32 * MiB);
+	CHECK_EQ(ci[0].floor, 32 * MiB);
+	/* The floor holds nothing yet: another pool gets the rest only. */
+	p = connect_pool(0, &err);
+	CHECK(p);
+	pb = make_buf(p, 1 * GiB, 0);
+	got = map_until_refused(pb, 0, 64 * MiB, 64 * MiB);
+	printf("floors: a pool beside an unused 32 MiB floor placed %zu "
+	       "MiB of a 64 MiB budget\n", got / MiB);
+	CHECK(got >= 16 * MiB && got <= 32 * MiB);
+	/* The floor's pool grows into it, though the other pool's pages
+	 * cannot be evicted: without the floor, that one would have taken
+	 * the whole budget and this map would fail. */
+	rb = make_buf(r, 1 * GiB, 0);
+	CHECK_EQ(sb_buf_map(rb, 0, 24 * MiB), 24 * MiB / PAGE);
+	CHECK(used_now() <= 64 * MiB);
+	sb_pool_destroy(r);
+	sb_pool_destroy(p);
+	WAIT_FOR(used_now() == 0, 2);
+	CHECK_EQ(used_now(), 0);
+
+	/* An idle client with 40 MiB of evictable pages and a floor of
+	 * 32: a busy one gets the 8 above the floor (to disk), then is
+	 * refused. */
+	idle = spawn_child("idle_floor", NULL);
+	wait_mark("floor-ready", 30);
+	p = connect_pool(0, &err);
+	CHECK(p);
+	pb = make_buf(p, 1 * GiB, 0);
+	got = map_until_refused(pb, 0, 64 * MiB, 64 * MiB);
+	printf("floors: beside an idle 40 MiB client with a 32 MiB floor, "
+	       "%zu MiB placed; the idle one kept %.1f MiB\n",
+	       got / MiB, (double)lease_of(idle) / MiB);
+	CHECK(lease_of(idle) >= 32 * MiB);
+	CHECK(got >= 24 * MiB && got <= 32 * MiB);
+	sb_pool_destroy(p);
+	mark("floor-check");
+	CHECK_EQ(reap(idle, 60), 0);
+	WAIT_FOR(used_now() == 0, 2);
+	CHECK_EQ(used_now(), 0);
+	stop_daemon(SIGTERM);
+}
+
 /* A client killed with SIGKILL: its pages back within 1 s. */
 static void test_client_killed(void)
 {
@@ -1143,17 +1285,6 @@ static void test_daemon_killed(void)
 	       "taken back by a new daemon\n");
 }
 
-static uint64_t lease_of(pid_t pid)
-{
-	struct sbd_client_info ci[16];
-	struct sbd_status st;
-	int n = status(&st, ci, 16);
-
-	for (int i = 0; i < n && i < 16; i++)
-		if (ci[i].pid == pid)
-			return ci[i].bytes;
-	return 0;
-}
 
 /* Clients killed at random points, over and over (mid-fault, mid-lease,
  * mid-eviction): each time the budget is back to the survivor's lease
@@ -1266,18 +1397,20 @@ static void test_garbage(void)
 static void test_default_pool(void)
 {
 	char env[PATH_MAX + 32];
-	char *extra[] = {env, NULL};
+	char *extra[] = {env, (char *)"SPARSEBUF_MIN_BYTES=10100K", NULL};
 	struct sbd_client_info ci[4];
 	struct sbd_status st;
 	pid_t c;
 
 	snprintf(env, sizeof(env), "SPARSEBUF_DAEMON=%s", sock_path);
-	start_daemon("128M");
+	start_daemon_floor("128M", "16M");
 	c = spawn_child("default", extra);
 	wait_mark("default-ready", 30);
 	CHECK_EQ(status(&st, ci, 4), 1);
 	CHECK_EQ(ci[0].pid, c);
 	CHECK(ci[0].bytes >= 8 * MiB);
+	/* SPARSEBUF_MIN_BYTES, rounded up to whole (256 KiB) pages. */
+	CHECK_EQ(ci[0].floor, 10 * MiB);
 	mark("default-exit");
 	CHECK_EQ(reap(c, 30), 0);
 	stop_daemon(SIGTERM);
@@ -1311,6 +1444,8 @@ static int child(const char *name)
 	snprintf(sock_path, sizeof(sock_path), "%s/sock", dir);
 	if (!strcmp(name, "idle_evictable"))
 		return child_idle_evictable();
+	if (!strcmp(name, "idle_floor"))
+		return child_idle_floor();
 	if (!strcmp(name, "hog"))
 		return child_hog();
 	if (!strcmp(name, "default"))
@@ -1358,6 +1493,7 @@ static void test_bad_options(void)
 		{"--max-bytes 12Q", "not a size"},
 		{"--page-size 5000", "not a power of two"},
 		{"--group no-such-group-sbd", "no such group"},
+		{"--max-floor 128M", "above --max-bytes"},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -1436,6 +1572,7 @@ static int main_test(void)
 	RUN_CASE(cache_spill);
 	RUN_CASE(basic);
 	RUN_CASE(idle_gives);
+	RUN_CASE(floors);
 	RUN_CASE(client_killed);
 	RUN_CASE(daemon_killed);
 	RUN_CASE(kill_loop);

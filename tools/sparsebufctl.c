@@ -140,7 +140,8 @@ static int status(const char *path, bool json)
 		       "\"uptime_ms\": %llu, \"reclaims\": %llu, "
 		       "\"refused\": %llu, \"clients_total\": %llu, "
 		       "\"cache_blocks\": %llu, \"cache_hits\": %llu, "
-		       "\"cache_misses\": %llu, \"clients\": [",
+		       "\"cache_misses\": %llu, \"floors\": %llu, "
+		       "\"max_floor\": %llu, \"clients\": [",
 		       (unsigned long long)st->max_bytes,
 		       (unsigned long long)st->bytes_used,
 		       (unsigned long long)st->bytes_resident,
@@ -153,19 +154,23 @@ static int status(const char *path, bool json)
 		       (unsigned long long)st->clients_total,
 		       (unsigned long long)st->cache_blocks,
 		       (unsigned long long)st->cache_hits,
-		       (unsigned long long)st->cache_misses);
+		       (unsigned long long)st->cache_misses,
+		       (unsigned long long)st->floors,
+		       (unsigned long long)st->max_floor);
 		for (uint64_t i = 0; i < st->nclients; i++)
 			printf("%s{\"pid\": %d, \"uid\": %u, \"id\": %u, "
 			       "\"page_size\": %u, \"bytes\": %llu, "
 			       "\"resident\": %llu, \"used\": %llu, "
-			       "\"spilled\": %llu, \"idle_ms\": %llu}",
+			       "\"spilled\": %llu, \"idle_ms\": %llu, "
+			       "\"floor\": %llu}",
 			       i ? ", " : "", ci[i].pid, ci[i].uid, ci[i].id,
 			       ci[i].page_size,
 			       (unsigned long long)ci[i].bytes,
 			       (unsigned long long)ci[i].resident,
 			       (unsigned long long)ci[i].used,
 			       (unsigned long long)ci[i].spilled,
-			       (unsigned long long)ci[i].idle_ms);
+			       (unsigned long long)ci[i].idle_ms,
+			       (unsigned long long)ci[i].floor);
 		printf("]}\n");
 		return 0;
 	}
@@ -188,13 +193,18 @@ static int status(const char *path, bool json)
 	       (unsigned long long)st->cache_blocks, mib(st->bytes_shared),
 	       (unsigned long long)st->cache_hits,
 	       (unsigned long long)st->cache_misses);
+	if (st->max_floor)
+		printf("floors: %.1f MiB reserved, at most %.1f MiB a "
+		       "client\n",
+		       mib(st->floors), mib(st->max_floor));
 	if (st->nclients)
-		printf("%8s %6s %10s %10s %10s %10s %8s\n", "pid", "uid",
-		       "MiB", "resident", "used", "on disk", "idle s");
+		printf("%8s %6s %10s %10s %10s %10s %10s %8s\n", "pid", "uid",
+		       "MiB", "floor", "resident", "used", "on disk",
+		       "idle s");
 	for (uint64_t i = 0; i < st->nclients; i++)
-		printf("%8d %6u %10.1f %10.1f %10.1f %10.1f %8.1f\n",
+		printf("%8d %6u %10.1f %10.1f %10.1f %10.1f %10.1f %8.1f\n",
 		       ci[i].pid, ci[i].uid, mib(ci[i].bytes),
-		       mib(ci[i].resident), mib(ci[i].used),
+		       mib(ci[i].floor), mib(ci[i].resident), mib(ci[i].used),
 		       mib(ci[i].spilled), (double)ci[i].idle_ms / 1000);
 	return 0;
 }

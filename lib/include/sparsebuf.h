@@ -60,6 +60,16 @@ struct sb_pool_opts {
 	 * the file system allows). NULL: SPARSEBUF_SPILL_DIR, else $TMPDIR,
 	 * else /tmp. */
 	const char *spill_dir;
+	/* Since 0.3. A client of sparsebufd (sb_pool_connect): the part of
+	 * the machine's budget reserved for this pool, its floor. Nobody
+	 * else is given it, and the daemon never takes this pool below it,
+	 * so the pool grows to it without waiting. The daemon grants floors
+	 * up to its --max-floor; sb_pool_connect fails with -EPERM above
+	 * that and -ENOSPC when the floors would pass the budget. Rounded
+	 * up to whole pages; at most max_bytes when that is set. A local
+	 * pool has its budget to itself and ignores it. 0 = none;
+	 * SPARSEBUF_MIN_BYTES. */
+	size_t min_bytes;
 };
 
 /* Fill *opts with the defaults (256 KiB pages, 64 MiB heaps, no budget, no

@@ -270,6 +270,9 @@ static void check_accepted(const uint8_t *buf, size_t n, unsigned nfds,
 	case SBD_CACHE_MODEL:
 		ok = m->len && m->len < SBD_CACHE_MODEL_MAX;
 		break;
+	case SBD_FLOOR:
+		ok = size_ok(m->a, true);
+		break;
 	}
 	FUZZ_CHECK(ok, "accepted a %s out of range: a %#llx b %#llx c %#llx "
 			"d %#llx err %lld",
@@ -287,6 +290,7 @@ static void check_accepted(const uint8_t *buf, size_t n, unsigned nfds,
 	case SBD_CACHE_GET:
 	case SBD_CACHE_HEAP:
 	case SBD_CACHE_LIST:
+	case SBD_FLOOR:
 		FUZZ_CHECK(m->seq, "accepted a %s without seq",
 			   sbd_type_name(m->type));
 		break;
@@ -484,6 +488,15 @@ static bool answers(struct run *h, struct slot *sl, const struct req *r,
 		return fd >= 0 && fstat(fd, &st) == 0 &&
 		       (uint64_t)st.st_size == m->a;
 	}
+	case SBD_FLOOR:
+		/* Granted in full, or refused for a reason the protocol
+		 * names. */
+		if (fd >= 0 || m->len)
+			return false;
+		if (m->err)
+			return (m->err == -EPERM && r->a > h->s.max_floor) ||
+			       m->err == -ENOSPC;
+		return m->a == r->a && r->a <= h->s.max_floor;
 	case SBD_CACHE_LIST:
 		return !m->err && fd < 0 &&
 		       m->len == m->a * sizeof(struct sbd_cache_entry);
@@ -594,7 +607,7 @@ static void drain_all(struct run *h)
 
 static void check_state(struct run *h)
 {
-	uint64_t sum = 0, max = h->s.max_bytes;
+	uint64_t sum = 0, floors = 0, max = h->s.max_bytes;
 	unsigned n = 0;
 
 	for (struct sbd_client *c = h->s.clients; c; c = c->next, n++) {
@@ -608,8 +621,18 @@ static void check_state(struct run *h)
 		FUZZ_CHECK(!c->parked || (c->hello && !c->control &&
 					  c->park_min <= c->park_want),
 			   "client %u parked wrongly", c->id);
+		FUZZ_CHECK(c->floor <= h->s.max_floor &&
+				   (!c->floor || (c->hello && !c->control)),
+			   "client %u (%s) has a floor of %llu bytes", c->id,
+			   c->control ? "control" : "a client",
+			   (unsigned long long)c->floor);
 		sum += c->lease;
+		floors += c->floor;
 	}
+	FUZZ_CHECK(floors == h->s.floors && floors <= max,
+		   "floors %llu, counted %llu, budget %llu",
+		   (unsigned long long)floors,
+		   (unsigned long long)h->s.floors, (unsigned long long)max);
 	FUZZ_CHECK(n == h->s.nclients, "%u clients listed, nclients %u", n,
 		   h->s.nclients);
 	FUZZ_CHECK(h->s.used == sum + h->s.cache_bytes,
@@ -635,9 +658,8 @@ static void settle(struct run *h)
 	drain_all(h);
 	sbd_budget_tick(&h->s);
 	h->in_tick = true;
-	h->tick_room = h->s.used < h->s.max_bytes
-			       ? h->s.max_bytes - h->s.used
-			       : 0;
+	/* Less than any one client's room (every floor counted). */
+	h->tick_room = sbd_budget_room(&h->s, NULL);
 	drain_all(h);
 	h->in_tick = false;
 	check_state(h);
@@ -842,6 +864,7 @@ static void run_sequence(const uint8_t *data, size_t size)
 	h->s.socket_path = "(fuzz)";
 	h->s.max_bytes = ((uint64_t)data[0] + 16) << 16;
 	h->s.page_size = (uint64_t)4096 << (data[1] >> 2 & 7);
+	h->s.max_floor = h->s.max_bytes / 2;
 	h->s.verbose = data[1] & 2;
 	h->s.group = (gid_t)-1;
 	h->s.self_uid = SELF_UID;

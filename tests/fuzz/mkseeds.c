@@ -628,6 +628,7 @@ static void dmsg_seeds(void)
 	dm_msg(2, 0, SBD_CACHE_HEAP, true, 1, 0, 0, 0);
 	dm_hangup(0, false);
 	dm_msg(1, 0, SBD_CACHE_LIST, true, 0, 0, 0, 0);
+	dm_msg(1, 0, SBD_FLOOR, true, 1 * MiB, 0, 0, 0);
 	dm_msg(1, 0, SBD_STATUS, true, 0, 0, 0, 0);
 	dm_msg(1, 0, SBD_CACHE_PUT, true, 100, 7, 0, 0);
 	dm_msg(1, 0, SBD_LEASE, true, 2 * MiB, 2 * MiB, 0, 0);
