@@ -460,6 +460,17 @@ static long maps_over(const struct flash *f, size_t bytes, size_t units,
 	return ft->map_count + need - (ft->max_map_count - MAP_MARGIN / 2);
 }
 
+/* The d-th other layer to take pages from before layer l's reads
+ * (1 <= d < layers): the one just done first, whose pages are wanted
+ * again last (a token goes through the layers in order), and the next
+ * layer last. */
+static int other_layer(const struct flash *f, int l, int d)
+{
+	int L = (int)f->h->n_layers;
+
+	return (l - d + L) % L;
+}
+
 static int fit_mappings(struct flash *f, int l, size_t bytes, size_t units)
 {
 	int L = (int)f->h->n_layers;
@@ -478,7 +489,7 @@ static int fit_mappings(struct flash *f, int l, size_t bytes, size_t units)
 		/* A page let go lowers the count by one at least. A layer
 		 * before l is done with this token's neurons. */
 		for (int d = 1; d < L && over > 0; d++) {
-			int l2 = (l + d) % L;
+			int l2 = other_layer(f, l, d);
 			int r = release_lru(f, l2, (size_t)over * f->page_size,
 					    l2 < l);
 
@@ -493,13 +504,20 @@ static int fit_mappings(struct flash *f, int l, size_t bytes, size_t units)
 	}
 	if (over <= 0)
 		return 0;
-	fprintf(stderr,
-		"sbflash: layer %d reads %.1f MiB (%zu runs): up to %ld "
-		"mappings more than the %ld of vm.max_map_count=%ld this "
-		"process can still use; raise it: sysctl vm.max_map_count=%ld or more\n",
-		l, bytes / 1048576.0, units, over,
-		ft.max_map_count - MAP_MARGIN / 2 - ft.map_count,
-		ft.max_map_count, ft.max_map_count + over);
+	{
+		/* What the reads may take, and what is left (none when the
+		 * process is past the margin already). */
+		long left = ft.max_map_count - MAP_MARGIN / 2 - ft.map_count;
+
+		fprintf(stderr,
+			"sbflash: layer %d reads %.1f MiB (%zu runs), which "
+			"can take %ld more mappings; this process has %ld "
+			"left under vm.max_map_count=%ld; raise it: sysctl "
+			"vm.max_map_count=%ld or more\n",
+			l, bytes / 1048576.0, units, over + left,
+			left > 0 ? left : 0, ft.max_map_count,
+			ft.max_map_count + over);
+	}
 	return -ENOMEM;
 }
 
@@ -507,6 +525,7 @@ static int fit_mappings(struct flash *f, int l, size_t bytes, size_t units)
  * that the window stays within fill_goal. Returns 0 or -errno. */
 static int make_room(struct flash *f, int l, size_t bytes, size_t units)
 {
+	int L = (int)f->h->n_layers;
 	double t0 = now_s();
 
 	if (f->release != SBF_RELEASE_NEVER) {
@@ -521,13 +540,29 @@ static int make_room(struct flash *f, int l, size_t bytes, size_t units)
 			over = held_bytes(f, &st) + bytes > fill_goal(f);
 		}
 		/* Auto: least recently and frequently used first, just
-		 * enough to make room (the whole budget stays in use). */
+		 * enough to make room (the whole budget stays in use): this
+		 * layer's, then, when that is not enough (the first token,
+		 * when all it holds is this token's), the other layers', in
+		 * the order their pages will be wanted again. Else the pool
+		 * would drop pages the window counts on, which fault back
+		 * in when touched (with their neighbours: fault read-ahead)
+		 * and push out pages of layers still to come. */
 		if (over && f->release == SBF_RELEASE_AUTO) {
 			size_t goal = fill_goal(f),
 			       have = held_bytes(f, &st) + bytes;
 			int r = release_lru(f, l, have > goal ? have - goal : 0,
 					    false);
 
+			for (int d = 1; d < L && r == 0; d++) {
+				int l2 = other_layer(f, l, d);
+
+				sb_pool_stats(f->pool, &st);
+				have = held_bytes(f, &st) + bytes;
+				if (have <= f->max_bytes)
+					break;
+				r = release_lru(f, l2, have - f->max_bytes,
+						l2 < l);
+			}
 			if (r < 0)
 				return f->t_release += now_s() - t0, r;
 			over = 0;

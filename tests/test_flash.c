@@ -332,6 +332,26 @@ static int main_test(void)
 					       rf.faults * 64 * (uint64_t)h.bundle);
 	}
 
+	/* A pool that holds a layer's reads but not a token's: before the
+	 * pool would have to drop pages (which the window counts on, so
+	 * they fault back in when touched, neighbours and all through fault
+	 * read-ahead, and push out the next layer's), the window lets go of
+	 * the other layers' least wanted pages. The old runner released only
+	 * the reading layer's own: dropped and faulted pages every token. */
+	ffn_third = h.ffn_bytes * 3 / 64;
+	memset(got, 0, nl * sizeof(float));
+	rf = run(a, SBF_FLASH, budget, SBF_RELEASE_AUTO, got);
+	printf("pool below a token's reads: pool %.2f MiB, read %.2f "
+	       "MiB/token, faults %llu, dropped %llu\n",
+	       rf.pool_bytes / 1048576.0, rf.bytes_read / 1048576.0 / STEPS,
+	       (unsigned long long)rf.faults, (unsigned long long)rf.dropped);
+	if (memcmp(ref, got, nl * sizeof(float)))
+		FAIL("pool below a token's reads: logits differ");
+	/* (A token's neurons, whole bundles.) */
+	CHECK(rf.pool_bytes < rr.computed / STEPS * h.bundle);
+	CHECK_EQ(rf.dropped, 0);
+	CHECK_EQ(rf.faults, 0);
+
 	memset(got, 0, nl * sizeof(float));
 	run(a, SBF_MMAP_SPARSE, 0, SBF_RELEASE_AUTO, got);
 	if (memcmp(ref, got, nl * sizeof(float)))
