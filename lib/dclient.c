@@ -122,18 +122,16 @@ static int wait_readable(int s, int ms)
 	return r < 0 ? -errno : r;
 }
 
-/* Ask for c->floor on s, just connected: 0 or -errno (the daemon's
- * answer, or the connection's). A RECLAIM may come first (a new daemon
- * over its budget asks at once): it is left unanswered here, and the
- * daemon asks again a second later. */
-static int ask_floor(struct sbi_dclient *c, int s)
+/* Send *m on s, just connected (no reader yet), and wait up to 2 s for
+ * its reply, into *m: 0, or -errno (the connection's, -EPROTO for a
+ * reply that is not one). A RECLAIM may come first (a new daemon over
+ * its budget asks at once): it is left unanswered here, and the daemon
+ * asks again a second later. */
+static int request_sync(int s, struct sbd_msg *m)
 {
 	char buf[sizeof(struct sbd_msg) + 64];
-	struct sbd_msg m = {
-		.magic = SBD_MAGIC, .type = SBD_FLOOR, .seq = 2,
-		.a = c->floor,
-	};
-	int r = sbd_send(s, &m, NULL, -1), fd;
+	uint32_t seq = m->seq;
+	int r = sbd_send(s, m, NULL, -1), fd;
 	long n;
 
 	while (r == 0) {
@@ -147,13 +145,13 @@ static int ask_floor(struct sbi_dclient *c, int s)
 			close(fd);
 		r = n < 0 ? (int)n : n == 0 ? -ECONNRESET : 0;
 		if (r == 0)
-			r = sbd_msg_check(buf, (size_t)n, fd >= 0, true, &m);
-		if (r == 0 && m.type == SBD_RECLAIM)
+			r = sbd_msg_check(buf, (size_t)n, fd >= 0, true, m);
+		if (r == 0 && m->type == SBD_RECLAIM)
 			continue;
-		if (r == 0 && (m.type != SBD_REPLY || m.seq != 2))
+		if (r == 0 && (m->type != SBD_REPLY || m->seq != seq))
 			r = -EPROTO;
 		if (r == 0)
-			return (int)m.err;
+			return 0;
 	}
 	return r;
 }
@@ -164,39 +162,29 @@ static int ask_floor(struct sbi_dclient *c, int s)
  * itself. */
 static int hello(struct sbi_dclient *c)
 {
-	char buf[sizeof(struct sbd_msg) + 64];
 	struct sbd_msg m = {
 		.magic = SBD_MAGIC, .type = SBD_HELLO, .seq = 1,
 		.a = SBD_VERSION, .c = c->page_size,
 	};
-	int s = sock_connect(c->path), fd, r;
-	long n;
+	struct sbd_msg fm = {
+		.magic = SBD_MAGIC, .type = SBD_FLOOR, .seq = 2,
+		.a = c->floor,
+	};
+	int s = sock_connect(c->path), r;
 
 	if (s < 0)
 		return s;
 	if (c->cbs.held)
 		m.b = c->cbs.held(c->cbs.arg) & ~(uint64_t)4095;
-	r = sbd_send(s, &m, NULL, -1);
-	if (r == 0)
-		r = wait_readable(s, 2000);
-	if (r == 0)
-		r = -ETIMEDOUT;
-	if (r < 0)
-		goto fail;
-	n = sbd_recv(s, buf, sizeof(buf), &fd);
-	if (fd >= 0)
-		close(fd);
-	r = n < 0 ? (int)n : n == 0 ? -ECONNRESET : 0;
-	if (r == 0)
-		r = sbd_msg_check(buf, (size_t)n, fd >= 0, true, &m);
-	if (r == 0 && (m.type != SBD_REPLY || m.seq != 1))
-		r = -EPROTO;
+	r = request_sync(s, &m);
 	if (r == 0)
 		r = (int)m.err;
 	if (r < 0)
 		goto fail;
 	if (c->floor) {
-		r = ask_floor(c, s);
+		r = request_sync(s, &fm);
+		if (r == 0)
+			r = (int)fm.err;
 		if ((r == -EPERM || r == -ENOSPC) && c->gen) {
 			/* A new daemon that grants less: the pages held
 			 * matter more than the reservation. */

@@ -841,49 +841,40 @@ static void test_cache_spill(void)
 
 /* ---- children ---------------------------------------------------------- */
 
-/* Holds 40 MiB of an evictable buffer, goes idle, then checks its data
- * (read back from disk where the daemon took its pages). */
-static int child_idle_evictable(void)
+/* Idle with 40 MiB of evictable pages (seed), a floor of floor bytes:
+ * says `ready`, waits for `check`, then finds its data whole. Pages above
+ * the floor went to disk when a busy client needed them. */
+static int idle_client(size_t floor, unsigned seed, const char *ready,
+		       const char *check)
 {
 	int err = 0;
-	struct sb_pool *pool = connect_pool(0, &err);
+	struct sb_pool *pool = connect_floor(0, floor, &err);
 	struct sb_buf *b;
 	char *x;
 
-	CHECK(pool);
+	if (!pool)
+		FAIL("sb_pool_connect (floor %zu): %s", floor, strerror(-err));
 	b = make_buf(pool, 1 * GiB, SB_BUF_EVICTABLE);
 	x = sb_buf_addr(b);
 	CHECK_EQ(sb_buf_map(b, 0, 40 * MiB), 40 * MiB / PAGE);
-	fill(x, 40 * MiB, 7);
-	mark("idle-ready");
-	wait_mark("idle-check", 60);
-	CHECK(check_fill(x, 40 * MiB, 7));
+	fill(x, 40 * MiB, seed);
+	mark(ready);
+	wait_mark(check, 60);
+	CHECK(check_fill(x, 40 * MiB, seed));
 	CHECK(stats(pool).pages_out > 0);	/* it did go to disk */
 	VERIFY(pool);
 	sb_pool_destroy(pool);
 	return 0;
 }
 
-/* Idle with 40 MiB of evictable pages and a floor of 32 MiB. */
+static int child_idle_evictable(void)
+{
+	return idle_client(0, 7, "idle-ready", "idle-check");
+}
+
 static int child_idle_floor(void)
 {
-	int err = 0;
-	struct sb_pool *pool = connect_floor(0, 32 * MiB, &err);
-	struct sb_buf *b;
-	char *x;
-
-	if (!pool)
-		FAIL("sb_pool_connect with a floor: %s", strerror(-err));
-	b = make_buf(pool, 1 * GiB, SB_BUF_EVICTABLE);
-	x = sb_buf_addr(b);
-	CHECK_EQ(sb_buf_map(b, 0, 40 * MiB), 40 * MiB / PAGE);
-	fill(x, 40 * MiB, 11);
-	mark("floor-ready");
-	wait_mark("floor-check", 60);
-	CHECK(check_fill(x, 40 * MiB, 11));
-	VERIFY(pool);
-	sb_pool_destroy(pool);
-	return 0;
+	return idle_client(32 * MiB, 11, "floor-ready", "floor-check");
 }
 
 /* Holds 40 MiB it cannot give back until told to exit. */
