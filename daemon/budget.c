@@ -47,10 +47,8 @@ static bool askable(const struct sbd_client *c,
 	       !(c->dry_ms && now - c->dry_ms < DRY_MS);
 }
 
-/* The floors of clients other than except, in the part they do not
- * hold. */
-static uint64_t reserved(const struct sbd_server *s,
-			 const struct sbd_client *except)
+uint64_t sbd_budget_reserved(const struct sbd_server *s,
+			     const struct sbd_client *except)
 {
 	uint64_t r = 0;
 
@@ -65,7 +63,7 @@ static uint64_t reserved(const struct sbd_server *s,
 uint64_t sbd_budget_room(const struct sbd_server *s,
 			 const struct sbd_client *c)
 {
-	uint64_t taken = s->used + reserved(s, c);
+	uint64_t taken = s->used + sbd_budget_reserved(s, c);
 
 	return taken < s->max_bytes ? s->max_bytes - taken : 0;
 }
@@ -246,7 +244,7 @@ void sbd_budget_drop(struct sbd_server *s, struct sbd_client *c)
 
 void sbd_budget_check(struct sbd_server *s)
 {
-	uint64_t taken = s->used + reserved(s, NULL);
+	uint64_t taken = s->used + sbd_budget_reserved(s, NULL);
 
 	if (taken <= s->max_bytes)
 		return;
@@ -257,24 +255,52 @@ void sbd_budget_check(struct sbd_server *s)
 		reclaim(s, NULL, taken - s->max_bytes);
 }
 
+/* The floors of uid's clients but except. */
+static uint64_t floors_of(const struct sbd_server *s, uid_t uid,
+			  const struct sbd_client *except)
+{
+	uint64_t sum = 0;
+
+	for (const struct sbd_client *c = s->clients; c; c = c->next)
+		if (c != except && c->uid == uid)
+			sum += c->floor;
+	return sum;
+}
+
+/*
+ * A floor is granted only from room that is free now (cold cache blocks
+ * nobody maps are dropped for it): no process's pages are taken for a
+ * reservation, and one that could not be backed (pages that cannot be
+ * evicted, cache blocks someone maps) is never promised. --max-floor
+ * bounds a user's clients together, so that more connections reserve no
+ * more.
+ */
 void sbd_budget_floor(struct sbd_server *s, struct sbd_client *c,
 		      uint32_t seq, uint64_t bytes)
 {
+	uint64_t need = bytes > c->lease ? bytes - c->lease : 0;
+	const char *why = NULL;
 	int err = 0;
 
-	if (bytes > s->max_floor)
+	if (floors_of(s, c->uid, c) + bytes > s->max_floor) {
 		err = -EPERM;
-	else if (s->floors - c->floor + bytes > s->max_bytes)
-		err = -ENOSPC;
+		why = "its user's floors would pass --max-floor";
+	} else if (need > sbd_budget_room(s, c)) {
+		sbd_cache_shrink(s, need - sbd_budget_room(s, c));
+		if (need > sbd_budget_room(s, c)) {
+			err = -ENOSPC;
+			why = "that much of the budget is not free";
+		}
+	}
 	if (err) {
-		sbd_log("client %u (pid %d): a floor of %llu KiB refused "
-			"(%s; --max-floor %llu KiB, floors %llu KiB of "
-			"%llu KiB)", c->id, (int)c->pid,
-			(unsigned long long)(bytes >> 10),
-			err == -EPERM ? "above --max-floor"
-				      : "the floors would pass the budget",
+		sbd_log("client %u (pid %d, uid %u): a floor of %llu KiB "
+			"refused: %s (--max-floor %llu KiB, the user's "
+			"floors %llu KiB, free %llu KiB of %llu KiB)", c->id,
+			(int)c->pid, (unsigned)c->uid,
+			(unsigned long long)(bytes >> 10), why,
 			(unsigned long long)(s->max_floor >> 10),
-			(unsigned long long)(s->floors >> 10),
+			(unsigned long long)(floors_of(s, c->uid, c) >> 10),
+			(unsigned long long)(sbd_budget_room(s, c) >> 10),
 			(unsigned long long)(s->max_bytes >> 10));
 		sbd_reply(s, c, seq, err, 0, 0, 0, -1);
 		return;
@@ -285,9 +311,6 @@ void sbd_budget_floor(struct sbd_server *s, struct sbd_client *c,
 		sbd_log("client %u (pid %d): floor %llu KiB", c->id,
 			(int)c->pid, (unsigned long long)(bytes >> 10));
 	sbd_reply(s, c, seq, 0, bytes, 0, 0, -1);
-	/* The reservation may not fit what others hold now: they give
-	 * back what is above their floors. */
-	sbd_budget_check(s);
 }
 
 void sbd_budget_tick(struct sbd_server *s)

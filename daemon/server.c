@@ -226,12 +226,14 @@ static bool serve(struct sbd_server *s, struct sbd_client *c,
 		c->page_size = c->control ? 4096 : m->c;
 		if (!c->control && m->b) {
 			/* Back after a restart, holding pages already. What
-			 * it says cannot be checked: at most the budget is
-			 * believed (a client claiming the machine would
-			 * otherwise shut every other one out), and the
-			 * client is told what was. */
-			uint64_t claim = m->b < s->max_bytes ? m->b
-							     : s->max_bytes;
+			 * it says cannot be checked: at most the budget less
+			 * the other clients' unused floors is believed (a
+			 * client claiming the machine would otherwise shut
+			 * every other one out), and the client is told what
+			 * was. */
+			uint64_t most = s->max_bytes -
+					sbd_budget_reserved(s, c),
+				 claim = m->b < most ? m->b : most;
 
 			claim -= claim % c->page_size;
 			c->lease = claim;
@@ -254,7 +256,9 @@ static bool serve(struct sbd_server *s, struct sbd_client *c,
 
 			sbd_send(c->fd, &r, NULL, -1);
 		}
-		sbd_budget_check(s);
+		/* A claim over the budget is asked back at the next tick
+		 * (50 ms): by then a client with a floor has said so, and
+		 * is not asked below it. */
 		return true;
 	case SBD_STATUS:
 		status(s, c, m->seq);

@@ -103,6 +103,10 @@ void sbd_budget_tick(struct sbd_server *s);
 /* A FLOOR request: c's floor set to bytes, or refused. */
 void sbd_budget_floor(struct sbd_server *s, struct sbd_client *c,
 		      uint32_t seq, uint64_t bytes);
+/* The floors of clients other than except, in the part they do not
+ * hold. */
+uint64_t sbd_budget_reserved(const struct sbd_server *s,
+			     const struct sbd_client *except);
 /* Bytes that may be given to c now (NULL: to the machine-wide cache):
  * the budget less what is used and the floors others hold unused. */
 uint64_t sbd_budget_room(const struct sbd_server *s,

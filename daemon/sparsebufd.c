@@ -46,9 +46,9 @@ static const struct sbc_opt opts[] = {
 	 "pages, reserve and unused lease together (K/M/G/T)"},
 	{O_PAGE, "--page-size", "SIZE", "the page size announced to clients "
 	 "(default 256K); a client may use another: leases are in bytes"},
-	{O_FLOOR, "--max-floor", "SIZE", "the largest part of the budget one "
-	 "client may have reserved (its SPARSEBUF_MIN_BYTES; default 0: "
-	 "none)"},
+	{O_FLOOR, "--max-floor", "SIZE", "the most of the budget one user's "
+	 "clients may have reserved together (their SPARSEBUF_MIN_BYTES; "
+	 "default 0: none)"},
 	{O_SPILL, "--spill-dir", "DIR", "where cached prefixes nobody maps go "
 	 "when the budget needs room (else they are dropped)"},
 	{O_GROUP, "--group", "NAME", "the socket's group (mode 0660): its "

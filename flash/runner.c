@@ -541,9 +541,10 @@ static int make_room(struct flash *f, int l, size_t bytes, size_t units)
 		}
 		/* Auto: least recently and frequently used first, just
 		 * enough to make room (the whole budget stays in use): this
-		 * layer's, then, when that is not enough (the first token,
-		 * when all it holds is this token's), the other layers', in
-		 * the order their pages will be wanted again. Else the pool
+		 * layer's down to the goal, then, when that is not enough
+		 * (the first token, when all it holds is this token's), the
+		 * other layers' down to the pool's budget, in the order their
+		 * pages will be wanted again. Else the pool
 		 * would drop pages the window counts on, which fault back
 		 * in when touched (with their neighbours: fault read-ahead)
 		 * and push out pages of layers still to come. */

@@ -58,6 +58,7 @@ struct sbi_dclient {
 	uint64_t daemon_max;
 	uint64_t daemon_page;		/* its page size (the cache's) */
 	uint64_t accepted;		/* of what the HELLO claimed */
+	uint64_t granted;		/* the floor this connection has */
 	uint32_t next_seq, want_seq;
 	bool have_reply;
 	struct sbd_msg reply;
@@ -124,10 +125,10 @@ static int wait_readable(int s, int ms)
 
 /* Send *m on s, just connected (no reader yet), and wait up to 2 s for
  * its reply, into *m: 0, or -errno (the connection's, -EPROTO for a
- * reply that is not one). A RECLAIM may come first (a new daemon over
- * its budget asks at once): it is left unanswered here, and the daemon
- * asks again a second later. */
-static int request_sync(int s, struct sbd_msg *m)
+ * reply that is not one). A RECLAIM that comes first (a new daemon over
+ * its budget) is answered with nothing given, so that the daemon asks
+ * others instead of waiting; held is what the pool holds. */
+static int request_sync(int s, struct sbd_msg *m, uint64_t held)
 {
 	char buf[sizeof(struct sbd_msg) + 64];
 	uint32_t seq = m->seq;
@@ -146,8 +147,15 @@ static int request_sync(int s, struct sbd_msg *m)
 		r = n < 0 ? (int)n : n == 0 ? -ECONNRESET : 0;
 		if (r == 0)
 			r = sbd_msg_check(buf, (size_t)n, fd >= 0, true, m);
-		if (r == 0 && m->type == SBD_RECLAIM)
+		if (r == 0 && m->type == SBD_RECLAIM) {
+			struct sbd_msg none = {
+				.magic = SBD_MAGIC, .type = SBD_RETURN,
+				.b = 1, .c = held, .d = held,
+			};
+
+			r = sbd_send(s, &none, NULL, -1);
 			continue;
+		}
 		if (r == 0 && (m->type != SBD_REPLY || m->seq != seq))
 			r = -EPROTO;
 		if (r == 0)
@@ -170,21 +178,29 @@ static int hello(struct sbi_dclient *c)
 		.magic = SBD_MAGIC, .type = SBD_FLOOR, .seq = 2,
 		.a = c->floor,
 	};
+	uint64_t held = 0, granted = c->floor;
 	int s = sock_connect(c->path), r;
 
 	if (s < 0)
 		return s;
 	if (c->cbs.held)
-		m.b = c->cbs.held(c->cbs.arg) & ~(uint64_t)4095;
-	r = request_sync(s, &m);
+		held = c->cbs.held(c->cbs.arg) & ~(uint64_t)4095;
+	m.b = held;
+	r = request_sync(s, &m, held);
 	if (r == 0)
 		r = (int)m.err;
 	if (r < 0)
 		goto fail;
 	if (c->floor) {
-		r = request_sync(s, &fm);
+		r = request_sync(s, &fm, held);
 		if (r == 0)
 			r = (int)fm.err;
+		if (!c->gen && (r == -ECONNRESET || r == -EPROTO)) {
+			/* Dropped for a message it does not know. */
+			sbi_warn("sparsebufd at %s does not grant floors "
+				 "(older than this library?)", c->path);
+			r = -EPROTO;
+		}
 		if ((r == -EPERM || r == -ENOSPC) && c->gen) {
 			/* A new daemon that grants less: the pages held
 			 * matter more than the reservation. */
@@ -193,6 +209,7 @@ static int hello(struct sbi_dclient *c)
 				 "on without one",
 				 c->path, (unsigned long long)(c->floor >> 10),
 				 strerror(-r));
+			granted = 0;
 			r = 0;
 		}
 		if (r < 0)
@@ -203,6 +220,7 @@ static int hello(struct sbi_dclient *c)
 	c->daemon_max = m.b;
 	c->daemon_page = m.c;
 	c->accepted = m.d;
+	c->granted = granted;
 	/* Unpins meant for the daemon before: this one never pinned. */
 	c->nunpins = 0;
 	pthread_mutex_unlock(&c->lock);
@@ -727,6 +745,11 @@ static uint64_t locked(struct sbi_dclient *c, const uint64_t *field)
 uint64_t sbi_dclient_max(struct sbi_dclient *c)
 {
 	return locked(c, &c->daemon_max);
+}
+
+uint64_t sbi_dclient_floor(struct sbi_dclient *c)
+{
+	return locked(c, &c->granted);
 }
 
 uint64_t sbi_dclient_accepted(struct sbi_dclient *c)

@@ -282,6 +282,8 @@ void sbi_dclient_heap_free(struct sbi_dclient *c, int fd);
  * connection a page reference belongs to. */
 /* The machine's budget (the daemon's max_bytes). */
 uint64_t sbi_dclient_max(struct sbi_dclient *c);
+/* The floor the daemon granted this connection (0: none). */
+uint64_t sbi_dclient_floor(struct sbi_dclient *c);
 /* The lease the daemon counted for us at the last HELLO. */
 uint64_t sbi_dclient_accepted(struct sbi_dclient *c);
 /* The connection's generation (one more at each reconnection). */

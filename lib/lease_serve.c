@@ -108,7 +108,20 @@ static void serve_reclaim(struct sb_pool *pool, uint64_t bytes)
 		got += sbi_lease_give_back(pool, 0, false);
 	}
 	if (got < want && atomic_load(&pool->n_evictable)) {
-		sbi_evict_some(pool, want - got);
+		/* Never below the floor: the daemon asks for no more than
+		 * the lease above it, but what went first (unused lease,
+		 * the ready reserve) may have been part of that. */
+		size_t floor = (size_t)(sbi_dclient_floor(pool->client) >>
+					pool->page_shift),
+		       n = want - got, used;
+
+		pthread_mutex_lock(&pool->lock);
+		used = pool->used;
+		pthread_mutex_unlock(&pool->lock);
+		if (n > (used > floor ? used - floor : 0))
+			n = used > floor ? used - floor : 0;
+		if (n)
+			sbi_evict_some(pool, n);
 		pthread_mutex_lock(&pool->lock);
 		sbi_ready_trim(pool, false, true);
 		pthread_mutex_unlock(&pool->lock);

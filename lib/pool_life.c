@@ -7,6 +7,7 @@
  * stops what the layers below run; nothing below calls it.
  */
 #include "internal.h"
+#include "dproto.h"
 #include "uffd_compat.h"
 
 #include <errno.h>
@@ -137,7 +138,15 @@ SB_API struct sb_pool *sb_pool_connect_sz(const char *path,
 		return fail(err, r);
 	if (sbi_opts_check(&o))
 		return pool_create(&o, NULL, err);	/* says why */
-	/* A floor is whole pages (the pool's budget is counted in them). */
+	/* A floor is whole pages (the pool's budget is counted in them),
+	 * and a size the protocol carries. */
+	if (o.min_bytes > SBD_MAX_BYTES - o.page_size) {
+		sbi_err("sb_pool_connect: min_bytes %zu is above the largest "
+			"floor sparsebufd can grant (%llu)",
+			o.min_bytes,
+			(unsigned long long)(SBD_MAX_BYTES - o.page_size));
+		return fail(err, -EINVAL);
+	}
 	if (o.min_bytes % o.page_size)
 		o.min_bytes += o.page_size - o.min_bytes % o.page_size;
 	c = sbi_dclient_open(path, o.page_size, o.min_bytes, &r);
@@ -146,8 +155,9 @@ SB_API struct sb_pool *sb_pool_connect_sz(const char *path,
 		sbi_err("sb_pool_connect: sparsebufd at %s refused a floor of "
 			"%zu KiB (min_bytes, SPARSEBUF_MIN_BYTES): %s",
 			path, o.min_bytes >> 10,
-			r == -EPERM ? "above its --max-floor"
-				    : "its floors would pass its budget");
+			r == -EPERM ? "this user's floors would pass its "
+				      "--max-floor"
+				    : "that much of its budget is not free");
 		return fail(err, r);
 	}
 	if (!c) {
@@ -478,14 +488,16 @@ static void make_default(void)
 	sbi_env_opts(&opts);
 	if (sbi_env_daemon()) {
 		/* SPARSEBUF_DAEMON: a client of sparsebufd. No daemon now:
-		 * SPARSEBUF_DAEMON_FALLBACK says whether to run alone. A
-		 * daemon that refuses the floor asked for (-EPERM, -ENOSPC)
-		 * is there: running alone would not give the reservation
-		 * either. */
+		 * SPARSEBUF_DAEMON_FALLBACK says whether to run alone. With
+		 * a floor asked for (SPARSEBUF_MIN_BYTES), only when there is
+		 * no daemon: one that refuses the floor, or cannot be spoken
+		 * to, is there, and running alone would not give the
+		 * reservation either. */
 		default_pool = sb_pool_connect_sz(sbi_env_daemon(), &opts,
 						  sizeof(opts), &err);
 		if (default_pool || sbi_env_daemon_fail() || err == -EINVAL ||
-		    (opts.min_bytes && (err == -EPERM || err == -ENOSPC))) {
+		    (opts.min_bytes && err != -ENOENT &&
+		     err != -ECONNREFUSED)) {
 			default_err = default_pool ? 0 : err;
 			if (!default_pool)
 				sbi_err("the default pool is unavailable: "

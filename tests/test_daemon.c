@@ -1145,34 +1145,60 @@ static void test_floors(void)
 	pid_t idle;
 
 	start_daemon_floor("64M", "32M");
-	/* Refused: above --max-floor, and past the budget together. */
+	/* Refused: above --max-floor, alone or with the same user's other
+	 * floors (more connections reserve no more). */
 	CHECK(!connect_floor(0, 48 * MiB, &err) && err == -EPERM);
-	r = connect_floor(0, 32 * MiB, &err);
+	r = connect_floor(0, 24 * MiB, &err);
 	CHECK(r);
-	q = connect_floor(0, 24 * MiB, &err);
-	CHECK(q);
-	CHECK(!connect_floor(0, 16 * MiB, &err) && err == -ENOSPC);
-	/* A floor above the pool's own ceiling is a bad option. */
+	CHECK(!connect_floor(0, 16 * MiB, &err) && err == -EPERM);
+	/* Bad options: above the pool's own ceiling, above what the
+	 * protocol carries. */
 	CHECK(!connect_floor(16 * MiB, 24 * MiB, &err) && err == -EINVAL);
-	sb_pool_destroy(q);
-	WAIT_FOR((status(&st, ci, 4), st.floors == 32 * MiB), 2);
+	CHECK(!connect_floor(0, SIZE_MAX - 4096, &err) && err == -EINVAL);
 	CHECK_EQ(status(&st, ci, 4), 1);
-	CHECK_EQ(st.floors, 32 * MiB);
+	CHECK_EQ(st.floors, 24 * MiB);
 	CHECK_EQ(st.max_floor, 32 * MiB);
-	CHECK_EQ(ci[0].floor, 32 * MiB);
+	CHECK_EQ(ci[0].floor, 24 * MiB);
+	/* A client "back after a restart" claiming the whole budget is
+	 * believed up to the budget less the unused floor. */
+	{
+		struct sbd_msg m = {.magic = SBD_MAGIC, .type = SBD_HELLO,
+				    .seq = 1, .a = SBD_VERSION,
+				    .b = 64 * MiB, .c = PAGE};
+		char buf[sizeof(m) + 64];
+		int fd = connect_sock(sock_path), rfd;
+		long n;
+
+		CHECK(fd >= 0);
+		CHECK_EQ(sbd_send(fd, &m, NULL, -1), 0);
+		n = sbd_recv(fd, buf, sizeof(buf), &rfd);
+		CHECK(n > 0 && rfd < 0);
+		CHECK_EQ(sbd_msg_check(buf, (size_t)n, 0, true, &m), 0);
+		CHECK_EQ(m.err, 0);
+		CHECK_EQ(m.d, 40 * MiB);
+		close(fd);
+		WAIT_FOR(used_now() == 0, 2);
+	}
 	/* The floor holds nothing yet: another pool gets the rest only. */
 	p = connect_pool(0, &err);
 	CHECK(p);
 	pb = make_buf(p, 1 * GiB, 0);
 	got = map_until_refused(pb, 0, 64 * MiB, 64 * MiB);
-	printf("floors: a pool beside an unused 32 MiB floor placed %zu "
+	printf("floors: a pool beside an unused 24 MiB floor placed %zu "
 	       "MiB of a 64 MiB budget\n", got / MiB);
-	CHECK(got >= 16 * MiB && got <= 32 * MiB);
+	CHECK(got >= 24 * MiB && got <= 40 * MiB);
+	/* No room is free now: a floor is refused rather than promised
+	 * out of pages nobody can take back. */
+	q = connect_floor(0, 8 * MiB, &err);
+	if (q)
+		FAIL("a floor granted with %llu KiB used of 64 MiB",
+		     (unsigned long long)(used_now() >> 10));
+	CHECK_EQ(err, -ENOSPC);
 	/* The floor's pool grows into it, though the other pool's pages
 	 * cannot be evicted: without the floor, that one would have taken
 	 * the whole budget and this map would fail. */
 	rb = make_buf(r, 1 * GiB, 0);
-	CHECK_EQ(sb_buf_map(rb, 0, 24 * MiB), 24 * MiB / PAGE);
+	CHECK_EQ(sb_buf_map(rb, 0, 20 * MiB), 20 * MiB / PAGE);
 	CHECK(used_now() <= 64 * MiB);
 	sb_pool_destroy(r);
 	sb_pool_destroy(p);

@@ -62,12 +62,12 @@ struct sb_pool_opts {
 	const char *spill_dir;
 	/* Since 0.3. A client of sparsebufd (sb_pool_connect): the part of
 	 * the machine's budget reserved for this pool, its floor. Nobody
-	 * else is given it, and the daemon never takes this pool below it,
-	 * so the pool grows to it without waiting. The daemon grants floors
-	 * up to its --max-floor; sb_pool_connect fails with -EPERM above
-	 * that and -ENOSPC when the floors would pass the budget. Rounded
-	 * up to whole pages; at most max_bytes when that is set. A local
-	 * pool has its budget to itself and ignores it. 0 = none;
+	 * else is given it, and this pool is never made to evict below it,
+	 * so it grows to it without waiting. sb_pool_connect fails with
+	 * -EPERM when this user's floors would pass the daemon's
+	 * --max-floor, -ENOSPC when that much of its budget is not free.
+	 * Rounded up to whole pages; at most max_bytes when that is set. A
+	 * local pool has its budget to itself and ignores it. 0 = none;
 	 * SPARSEBUF_MIN_BYTES. */
 	size_t min_bytes;
 };

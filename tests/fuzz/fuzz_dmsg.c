@@ -494,8 +494,7 @@ static bool answers(struct run *h, struct slot *sl, const struct req *r,
 		if (fd >= 0 || m->len)
 			return false;
 		if (m->err)
-			return (m->err == -EPERM && r->a > h->s.max_floor) ||
-			       m->err == -ENOSPC;
+			return m->err == -EPERM || m->err == -ENOSPC;
 		return m->a == r->a && r->a <= h->s.max_floor;
 	case SBD_CACHE_LIST:
 		return !m->err && fd < 0 &&
