@@ -890,6 +890,13 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 				strerror(-err));
 			goto out;
 		}
+		/* The window reads what it needs; a page faulted in (one the
+		 * pool dropped) brings no neighbours, which would push out
+		 * the next layers' pages (as MADV_RANDOM for mmap_sparse). */
+		if (sb_buf_advise(fl.buf, 0, h.ffn_bytes, SB_ADVICE_RANDOM) <
+		    0)
+			fprintf(stderr, "sbflash: sb_buf_advise(RANDOM) "
+					"failed: fault read-ahead stays on\n");
 		fl.h = &m.h;
 		fl.k = o->k;
 		fl.release = o->release;

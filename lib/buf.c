@@ -259,6 +259,7 @@ SB_API void sb_buf_destroy(struct sb_buf *buf)
 		atomic_fetch_sub(&pool->n_evictable, 1);
 	sbi_src_free(buf->src);
 	sbi_meta_free(buf->pte, buf->npages * sizeof(*buf->pte));
+	free(buf->ra_off);
 	pthread_mutex_destroy(&buf->lock);
 	free(buf);
 }

@@ -110,9 +110,14 @@ SB_API long sb_buf_advise(struct sb_buf *buf, size_t off, size_t len,
 	case SB_ADVICE_COLD:
 		bit = SBI_RBIT_COLD;
 		break;
+	case SB_ADVICE_RANDOM:
+		return sbi_readahead_set(buf, sp.first, sp.end, false);
 	default:
 		return -EINVAL;
 	}
+	if (advice == SB_ADVICE_NORMAL &&
+	    (r = sbi_readahead_set(buf, sp.first, sp.end, true)) < 0)
+		return r;
 	pthread_mutex_lock(&buf->lock);
 	for (size_t i = sp.first; i < sp.end; i++) {
 		sbi_pid p = sbi_pte_page(buf->pte[i]);

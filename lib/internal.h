@@ -934,6 +934,9 @@ struct sb_buf {
 	bool waiters_lost;
 	size_t ra_next;		/* buf->lock: readahead, next expected page */
 	size_t ra_win;		/* buf->lock: readahead window, pages */
+	/* buf->lock: a bit a page, SB_ADVICE_RANDOM (no readahead); NULL
+	 * until that advice is first given. */
+	uint64_t *ra_off;
 	_Atomic bool disk_used;	/* pages of it went to disk once */
 	/* sb_buf_share calls reading from this buffer: eviction leaves it
 	 * alone meanwhile (a page read in for the share would otherwise go
@@ -1207,6 +1210,10 @@ int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
 /* Fault on a DISK page: start its read (and readahead), or just wait for
  * the read in flight. buf->lock and reg_lock held. */
 void sbi_pagein_fault(struct sb_buf *buf, size_t idx);
+/* SB_ADVICE_RANDOM (on: false) or NORMAL (on: true) for pages [first,
+ * end): whether a fault there reads ahead. Takes the buffer's lock.
+ * Returns the pages of the range, or -ENOMEM. */
+long sbi_readahead_set(struct sb_buf *buf, size_t first, size_t end, bool on);
 /* Read every DISK page of [first, end) (one submission); wait until none
  * is in flight when wait. Takes the buffer's lock. Returns pages queued,
  * or -EIO (wait: a read failed), -ENOMEM. */

@@ -26,6 +26,7 @@
 #include "uffd_compat.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -400,15 +401,46 @@ static bool wants_read(uint64_t pte)
 	return (pte & SBI_PTE_DISK) && !(pte & SBI_PTE_INFLIGHT);
 }
 
+/* Does a fault on page i read ahead? buf->lock held. */
+static bool reads_ahead(const struct sb_buf *buf, size_t i)
+{
+	return !buf->ra_off || !(buf->ra_off[i / 64] >> (i % 64) & 1);
+}
+
+long sbi_readahead_set(struct sb_buf *buf, size_t first, size_t end, bool on)
+{
+	pthread_mutex_lock(&buf->lock);
+	if (!buf->ra_off && !on) {
+		buf->ra_off = calloc((buf->npages + 63) / 64, sizeof(uint64_t));
+		if (!buf->ra_off) {
+			pthread_mutex_unlock(&buf->lock);
+			return -ENOMEM;
+		}
+	}
+	for (size_t i = first; i < end && buf->ra_off; i++) {
+		if (on)
+			buf->ra_off[i / 64] &= ~(1ull << (i % 64));
+		else
+			buf->ra_off[i / 64] |= 1ull << (i % 64);
+	}
+	pthread_mutex_unlock(&buf->lock);
+	return (long)(end - first);
+}
+
 void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 {
 	struct sb_pool *pool = buf->pool;
 	struct sbi_io *ios[BATCH];
 	size_t n = 0, win = 1, end;
 	uint64_t prev = idx ? buf->pte[idx - 1] : 0;
-	bool seq = idx == buf->ra_next ||
-		   (idx && (sbi_pte_has_page(prev) ||
-			    (prev & SBI_PTE_INFLIGHT)));
+	/* Sequential: the page after the last fault's, or after a page
+	 * placed or being read. Never where the application said it reads
+	 * at random (SB_ADVICE_RANDOM): a neighbour placed there is one it
+	 * asked for, not a sign of what comes next. */
+	bool seq = reads_ahead(buf, idx) &&
+		   (idx == buf->ra_next ||
+		    (idx && (sbi_pte_has_page(prev) ||
+			     (prev & SBI_PTE_INFLIGHT))));
 
 	if (seq) {
 		size_t lo = RA_MIN_BYTES >> pool->page_shift;
@@ -439,6 +471,8 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 	for (size_t j = idx; j < end; j++) {
 		int r;
 
+		if (j != idx && !reads_ahead(buf, j))
+			break;	/* read-ahead stops where it is off */
 		if (!wants_read(buf->pte[j]))
 			continue;
 		r = sbi_pagein_start(buf, j, &ios[n], true, j != idx, j != idx,

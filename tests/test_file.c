@@ -5,8 +5,9 @@
  * argument and open(2) errors; a write raises SIGSEGV and never reaches the
  * file; a file larger than the pool's budget read twice end to end (clean
  * pages dropped, bytes_resident within the budget, also with two threads
- * reading at once); sb_buf_evict drops clean pages without a write. Every
- * case runs with both pagers (io_uring and SPARSEBUF_PAGER=sync). */
+ * reading at once); sb_buf_evict drops clean pages without a write;
+ * SB_ADVICE_RANDOM turns fault read-ahead off. Every case runs with both
+ * pagers (io_uring and SPARSEBUF_PAGER=sync). */
 #include "harness.h"
 
 #include <fcntl.h>
@@ -367,12 +368,55 @@ static void over_budget(void)
 	free(data);
 }
 
+/* Touch pages [first, first + n) of b in order, each checked against
+ * the file; then wait for every read in flight. Pages placed in b. */
+static long touch_in_order(struct sb_buf *b, const char *data, size_t first,
+			   size_t n)
+{
+	const volatile char *x = sb_buf_addr(b);
+
+	for (size_t i = first; i < first + n; i++)
+		CHECK_EQ(x[i * PAGE + 7], data[i * PAGE + 7]);
+	CHECK_EQ(sb_buf_prefetch(b, NULL, 0, SB_PREFETCH_WAIT), 0);
+	return sb_buf_placed(b, 0, 64 * PAGE);
+}
+
+/* SB_ADVICE_RANDOM: a fault reads the touched page alone, however
+ * sequential the touches; NORMAL turns read-ahead back on. */
+static void random_advice(void)
+{
+	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
+	char *data;
+	const char *path = make_file(3, 64 * PAGE, 9, &data);
+	struct sb_buf *b = open_file(p, path, 0, 64 * PAGE);
+	long plain, random, again;
+
+	plain = touch_in_order(b, data, 0, 8);
+	sb_buf_destroy(b);
+	b = open_file(p, path, 0, 64 * PAGE);
+	CHECK_EQ(sb_buf_advise(b, 0, 64 * PAGE, SB_ADVICE_RANDOM), 64);
+	random = touch_in_order(b, data, 0, 8);
+	CHECK_EQ(sb_buf_advise(b, 0, 64 * PAGE, SB_ADVICE_NORMAL), 8);
+	again = touch_in_order(b, data, 32, 8) - random;
+	printf("readahead: 8 pages touched in order placed %ld, %ld with "
+	       "SB_ADVICE_RANDOM, %ld after NORMAL\n", plain, random, again);
+	CHECK(plain > 8);
+	CHECK_EQ(random, 8);
+	CHECK(again > 8);
+	CHECK_EQ(sb_buf_advise(b, 0, PAGE, (enum sb_advice)99), -EINVAL);
+	VERIFY(p);
+	sb_buf_destroy(b);
+	sb_pool_destroy(p);
+	free(data);
+}
+
 static int child(const char *name)
 {
 	if (!strcmp(name, "body")) {
 		contents();
 		writes();
 		over_budget();
+		random_advice();
 		printf("file: ok\n");
 		return 0;
 	}

@@ -309,11 +309,17 @@ enum sb_advice {
 	SB_ADVICE_COLD,		/* evict first */
 	SB_ADVICE_WILLNEED,	/* read in now, in the background */
 	SB_ADVICE_DONTNEED,	/* evict now (sb_buf_evict) */
+	/* Since 0.3: a fault on a page on disk reads that page alone, no
+	 * read-ahead (the application prefetches what it needs, as an LLM
+	 * in a flash runner does); NORMAL turns read-ahead back on. */
+	SB_ADVICE_RANDOM,
 };
 
 /* Tell the eviction policy about [off, off+len). Returns the number of
  * pages affected (WILLNEED, DONTNEED: what sb_buf_prefetch, sb_buf_evict
- * return, errors included). Errors: -EINVAL, -ERANGE, -ECHILD. */
+ * return, errors included; RANDOM: the pages of the range). Errors:
+ * -EINVAL, -ERANGE, -ECHILD, -ENOMEM (RANDOM: no memory for the buffer's
+ * table of such pages, a bit a page). */
 long sb_buf_advise(struct sb_buf *buf, size_t off, size_t len,
 		   enum sb_advice advice);
 
