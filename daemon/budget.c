@@ -18,11 +18,12 @@
  * else can be freed it is refused and evicts its own pages. A request
  * waits at most PARK_MS for the others' answers.
  *
- * Floors: a client may have part of the budget reserved (SBD_FLOOR, at
- * most --max-floor each, the floors together at most the budget). Nobody
- * else is leased the part of a floor its client does not hold (room), and
- * no client is asked to give back below its floor (giveable). So a client
- * can always grow to its floor without waiting for anyone.
+ * Floors: a client may have part of the budget reserved (SBD_FLOOR,
+ * granted from free room only, at most --max-floor for a user's clients
+ * together: sbd_budget_floor). Nobody else is leased the part of a floor
+ * its client does not hold (room), and no client is asked to give back
+ * below its floor (giveable). So a client can always grow to its floor
+ * without waiting for anyone.
  */
 #include "server.h"
 
