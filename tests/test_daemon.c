@@ -989,7 +989,8 @@ static int child_grower(void)
 static int child_witness(void)
 {
 	int err = 0;
-	struct sb_pool *pool = connect_pool(0, &err);
+	/* With a floor: it asks for it again from every new daemon. */
+	struct sb_pool *pool = connect_floor(0, 32 * MiB, &err);
 	struct sb_buf *b;
 	char *x;
 
@@ -1347,24 +1348,29 @@ static void test_kill_loop(void)
  * what it holds. */
 static void test_daemon_restarts(void)
 {
+	struct sbd_client_info ci[4];
+	struct sbd_status st;
 	pid_t witness;
 
-	start_daemon("256M");
+	start_daemon_floor("256M", "64M");
 	witness = spawn_child("witness", NULL);
 	wait_mark("witness-up", 30);
 	for (int i = 0; i < 3; i++) {
 		usleep(100000);
 		stop_daemon(SIGKILL);
 		usleep(30000);
-		start_daemon("256M");
+		start_daemon_floor("256M", "64M");
 	}
 	WAIT_FOR(lease_of(witness) >= 24 * MiB, 5);
 	CHECK(lease_of(witness) >= 24 * MiB);
+	CHECK_EQ(status(&st, ci, 4), 1);
+	CHECK_EQ(ci[0].floor, 32 * MiB);
+	CHECK_EQ(st.floors, 32 * MiB);
 	mark("witness-exit");
 	CHECK_EQ(reap(witness, 30), 0);
 	stop_daemon(SIGTERM);
 	printf("daemon killed 3 times under a client: its data intact, "
-	       "counted again by the last daemon\n");
+	       "counted again by the last daemon, its floor too\n");
 }
 
 /* Garbage on the socket: that connection is dropped, others served. */
