@@ -989,8 +989,10 @@ static int child_grower(void)
 static int child_witness(void)
 {
 	int err = 0;
-	/* With a floor: it asks for it again from every new daemon. */
-	struct sb_pool *pool = connect_floor(0, 32 * MiB, &err);
+	/* SBD_WITNESS_FLOOR: with a floor of 32 MiB, which it asks for
+	 * again from every new daemon. */
+	struct sb_pool *pool = connect_floor(
+		0, getenv("SBD_WITNESS_FLOOR") ? 32 * MiB : 0, &err);
 	struct sb_buf *b;
 	char *x;
 
@@ -1348,12 +1350,13 @@ static void test_kill_loop(void)
  * what it holds. */
 static void test_daemon_restarts(void)
 {
+	char *floor_env[] = {(char *)"SBD_WITNESS_FLOOR=1", NULL};
 	struct sbd_client_info ci[4];
 	struct sbd_status st;
 	pid_t witness;
 
 	start_daemon_floor("256M", "64M");
-	witness = spawn_child("witness", NULL);
+	witness = spawn_child("witness", floor_env);
 	wait_mark("witness-up", 30);
 	for (int i = 0; i < 3; i++) {
 		usleep(100000);
