@@ -1366,6 +1366,8 @@ static void test_daemon_restarts(void)
 	}
 	WAIT_FOR(lease_of(witness) >= 24 * MiB, 5);
 	CHECK(lease_of(witness) >= 24 * MiB);
+	/* The FLOOR follows the HELLO that counted the lease. */
+	WAIT_FOR(status(&st, ci, 4) == 1 && ci[0].floor == 32 * MiB, 5);
 	CHECK_EQ(status(&st, ci, 4), 1);
 	CHECK_EQ(ci[0].floor, 32 * MiB);
 	CHECK_EQ(st.floors, 32 * MiB);
