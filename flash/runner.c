@@ -544,10 +544,9 @@ static int make_room(struct flash *f, int l, size_t bytes, size_t units)
 		 * layer's down to the goal, then, when that is not enough
 		 * (the first token, when all it holds is this token's), the
 		 * other layers' down to the pool's budget, in the order their
-		 * pages will be wanted again. Else the pool
-		 * would drop pages the window counts on, which fault back
-		 * in when touched (with their neighbours: fault read-ahead)
-		 * and push out pages of layers still to come. */
+		 * pages will be wanted again. Else the pool would drop pages
+		 * the window counts on, which fault back in when touched and
+		 * push out pages of layers still to come. */
 		if (over && f->release == SBF_RELEASE_AUTO) {
 			size_t goal = fill_goal(f),
 			       have = held_bytes(f, &st) + bytes;
