@@ -70,8 +70,10 @@
  *           [--strategies 1,5,7] [--no-pin]
  *        kv --help | --version
  * Exit status: 0, 3 when a target is missed, 2 for a bad option.
- * KV_DEBUG=1 in the environment: every step over 0.5 ms on stderr, with
- * its cause and the readings behind it.
+ * KV_DEBUG=1 in the environment: every step over 0.5 ms on stderr (KV_DEBUG=US:
+ * over US microseconds), with its cause and the readings behind it.
+ * KV_MISS=1: each page the core-API client (7) placed itself after its
+ * first two, i.e. found unplaced by the pool's growth watch.
  */
 #include "bench.h"
 
@@ -348,6 +350,10 @@ static long core_grow(struct strat *s, size_t len)
 			if (n < 0)
 				abort();
 			placed += n;
+			if (n && s->mapped[g] >= 2 && s->id == 7 &&
+			    getenv("KV_MISS"))
+				fprintf(stderr, "miss t=%zu g=%d page=%zu\n",
+					len, g, s->mapped[g]);
 			s->mapped[g]++;
 		}
 	}
@@ -796,6 +802,8 @@ static void run(int id)
 #define s (*sp)
 	struct result *r = &res[id];
 	bool debug = getenv("KV_DEBUG") != NULL;
+	double debug_us = debug && atof(getenv("KV_DEBUG")) > 1
+				  ? atof(getenv("KV_DEBUG")) : SLOW_US;
 	long rss0, pss0;
 	size_t nsamples = max_tok / 256 + 1;
 	double *sorted;
@@ -830,7 +838,7 @@ static void run(int id)
 		dt = bench_now_us() - t0;
 		probe_after(&s, &p1);
 		why = classify(&p0, &p1, dt);
-		if (debug && dt > SLOW_US) {
+		if (debug && dt > debug_us) {
 			/* The start in CLOCK_MONOTONIC seconds: a trace
 			 * taken with perf record -k CLOCK_MONOTONIC lines up
 			 * with it. */
@@ -1450,7 +1458,7 @@ static void parse(int argc, char **argv)
 			 "exact + a page per region + 16 MiB;\n6: worst stall "
 			 "<= 2 ms; 8: the same as 7, reported), charts under "
 			 "--out.\nExit status 3 when a target is missed. "
-			 "KV_DEBUG=1: steps over 0.5 ms on stderr.",
+			 "KV_DEBUG=1: steps over 0.5 ms on stderr\n(KV_DEBUG=US: over US microseconds).",
 		.opts = opts,
 	};
 	const char *v;

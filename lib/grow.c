@@ -74,7 +74,12 @@ void sbi_grow_note(struct sb_buf *buf, size_t idx)
 	if (k == SBI_GROW_MAX)
 		k = free_k;	/* full: this one grows by faults */
 	if (k < SBI_GROW_MAX && (k == free_k || pool->grow[k].cur < idx)) {
-		pool->grow[k] = (struct sbi_grow){buf, idx, now, 0};
+		/* The owner placed the page the watch was about to: it
+		 * outran the watch, whose next page then goes first. */
+		bool urgent = k != free_k && (pool->grow[k].urgent ||
+					      pool->grow[k].cur + 1 == idx);
+
+		pool->grow[k] = (struct sbi_grow){buf, idx, now, 0, urgent};
 		if (free_k == k)
 			__atomic_add_fetch(&pool->ngrow, 1, __ATOMIC_RELAXED);
 	}

@@ -78,9 +78,14 @@ bool sbi_grow_serve(struct sb_pool *pool)
 	}
 	now = grow_now_ms();
 	pthread_mutex_unlock(&pool->lock);
-	/* Round robin: a burst cut short resumes where it stopped. */
-	for (uint32_t n = 0; n < SBI_GROW_MAX; n++) {
+	/* Round robin, the urgent watches first (their owners outran the
+	 * watch before: a client mapping ahead of its writes, which finds
+	 * its page unplaced, places it itself and waits for the mmap lock
+	 * behind this thread's placements); a burst cut short resumes
+	 * where it stopped. */
+	for (uint32_t n = 0; n < 2 * SBI_GROW_MAX; n++) {
 		uint32_t k = (pool->grow_rr + n) % SBI_GROW_MAX;
+		bool urgent_pass = n < SBI_GROW_MAX;
 		struct sbi_grow g;
 		struct sb_buf *buf;
 		bool placed = false;
@@ -88,6 +93,10 @@ bool sbi_grow_serve(struct sb_pool *pool)
 		pthread_mutex_lock(&pool->pf_lock);
 		g = pool->grow[k];
 		buf = g.buf;
+		if (buf && g.urgent != urgent_pass) {
+			pthread_mutex_unlock(&pool->pf_lock);
+			continue;
+		}
 		if (!buf || g.due_ms > now || nplaced == BURST) {
 			if (buf)	/* not due, or left for the next round */
 				due = due < g.due_ms ? due : g.due_ms;
@@ -106,6 +115,7 @@ bool sbi_grow_serve(struct sb_pool *pool)
 		 * finds the slot empty or another buffer's). */
 		if (pool->grow[k].buf == buf) {
 			if (g.buf) {
+				g.urgent |= pool->grow[k].urgent;
 				if (pool->grow[k].cur > g.cur) {	/* noted */
 					g.cur = pool->grow[k].cur;
 					g.since_ms = pool->grow[k].since_ms;

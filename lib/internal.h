@@ -404,6 +404,8 @@ struct sbi_grow {
 	size_t cur;		/* the frontier: the next goes once it is written */
 	uint64_t since_ms;	/* last progress */
 	uint64_t due_ms;	/* not looked at again before */
+	bool urgent;		/* its owner once placed the page ahead itself:
+				 * served before the others (grow_serve.c) */
 };
 
 struct sbi_stat_page;

@@ -105,6 +105,53 @@ static int main_test(void)
 		CHECK_EQ(stats(p).pages_used, 0);
 	}
 
+	/* An owner that once outran its watch (placed the page ahead
+	 * itself) is served first when every buffer enters its page at the
+	 * same moment: a client mapping ahead of its writes then finds its
+	 * page placed. URGENT_N buffers start watches; the last created
+	 * (the last slot in the ready thread's round) outruns its watch.
+	 * Then all enter their frontier, the fast one first. Without the
+	 * urgency it is served last, after all the others; with it, before
+	 * them, except that a round of the ready thread can straddle the
+	 * writes (the fast one looked at just before its write, the others
+	 * just after theirs), which lets one burst of others (8) go first. */
+	{
+		enum { URGENT_N = 40 };
+		struct sb_buf *b[URGENT_N];
+		struct sb_pool *q = make_pool(PAGE, 16 * MiB, 0);
+		const int X = URGENT_N - 1;
+		int before = 0, seen = 0;
+
+		for (int i = 0; i < URGENT_N; i++) {
+			b[i] = make_buf(q, 8 * PAGE, SB_BUF_GROWS);
+			CHECK_EQ(sb_buf_map(b[i], 0, 2 * PAGE), 2);
+		}
+		/* Before its frontier (page 1) is entered: its own map. */
+		CHECK_EQ(sb_buf_map(b[X], 2 * PAGE, PAGE), 1);
+		memset((char *)sb_buf_addr(b[X]) + 2 * PAGE, 1, 64);
+		for (int i = 0; i < X; i++)
+			memset((char *)sb_buf_addr(b[i]) + PAGE, 1, 64);
+		for (int t = 0; t < 20000 && seen < X; t++) {
+			/* Others read first: an other placed, then the fast
+			 * one not, is an other placed before it. */
+			seen = 0;
+			for (int i = 0; i < X; i++)
+				seen += sb_buf_placed(b[i], 2 * PAGE, PAGE) == 1;
+			if (seen && sb_buf_placed(b[X], 3 * PAGE, PAGE) != 1)
+				before = seen;
+			usleep(50);
+		}
+		printf("urgent watch: %d of %d others placed before it\n",
+		       before, X);
+		CHECK_EQ(seen, X);
+		CHECK(before < X / 2);
+		CHECK_EQ(sb_buf_placed(b[X], 3 * PAGE, PAGE), 1);
+		for (int i = 0; i < URGENT_N; i++)
+			sb_buf_destroy(b[i]);
+		VERIFY(q);
+		sb_pool_destroy(q);
+	}
+
 	/* Released under a working watch: 300 buffers each entered, then
 	 * unmapped or destroyed at once. */
 	for (int i = 0; i < 300; i++) {
