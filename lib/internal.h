@@ -703,6 +703,9 @@ void sbi_vma_bg_yield(struct sb_pool *pool);
 void sbi_thread_internal(void);
 /* Set in the library's own threads (thread.c). */
 extern __thread bool sbi_internal_thread;
+/* Set in a pool's ready thread: its placements are ahead of need, and the
+ * pages it zeroes for them are not a caller's (sb_stats.sync_prepares). */
+extern __thread bool sbi_ready_self;
 /* Wait until at least pages pages are ready (or timeout_ms passes). */
 void sbi_pool_wait_ready(struct sb_pool *pool, size_t pages, int timeout_ms);
 /* Forget buf's run earmark (the buffer is going away). */

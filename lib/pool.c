@@ -627,7 +627,7 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 				    sbi_pid_index(pool, out[k]),
 				    prep[k] != PREP_NONE ? PREP_BACK : PREP_NONE);
 		pthread_mutex_unlock(&pool->lock);
-	} else if (misses) {
+	} else if (misses && !sbi_ready_self) {
 		atomic_fetch_add_explicit(&pool->n_sync_prepares, misses,
 					  memory_order_relaxed);
 	}

@@ -396,6 +396,7 @@ void *sbi_ready_thread(void *arg)
 	int avoided = -1;
 
 	sbi_thread_internal();
+	sbi_ready_self = true;
 	pthread_mutex_lock(&pool->lock);
 	while (!pool->stopping) {
 		uint64_t now = now_ms();

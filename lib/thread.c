@@ -15,6 +15,7 @@
 #include <signal.h>
 
 __thread bool sbi_internal_thread;
+__thread bool sbi_ready_self;
 
 void sbi_thread_internal(void)
 {
