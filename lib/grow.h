@@ -26,9 +26,10 @@
  * regions' next pages from 41 steps (10-16 ms) after they entered the
  * current one, and at 4 a millisecond 110-277 maps a run found the page
  * unplaced (and placed it themselves, behind this thread's mmap lock).
- * At 8, with the urgent watches first (grow_serve.c), 1-6, all in the
- * first thousand tokens. Longer bursts (16) kept this thread on its CPU
- * for up to 4 ms when the pages needed zeroing. */
+ * At 8, with the urgent watches first (grow_serve.c), 1-6 on a quiet
+ * host, nearly all in the first crossings (7-30 when the host takes this
+ * thread's vCPU for milliseconds). Longer bursts (16) kept this thread on
+ * its CPU for up to 4 ms when the pages needed zeroing. */
 #define BURST 8
 
 static inline uint64_t grow_now_ms(void)
