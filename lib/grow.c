@@ -74,10 +74,11 @@ void sbi_grow_note(struct sb_buf *buf, size_t idx)
 	if (k == SBI_GROW_MAX)
 		k = free_k;	/* full: this one grows by faults */
 	if (k < SBI_GROW_MAX && (k == free_k || pool->grow[k].cur < idx)) {
-		/* The owner placed the page the watch was about to: it
-		 * outran the watch, whose next page then goes first. */
-		bool urgent = k != free_k && (pool->grow[k].urgent ||
-					      pool->grow[k].cur + 1 == idx);
+		/* The owner placed a page past the frontier itself (the
+		 * one the watch was about to, or further): it outran the
+		 * watch, whose next page then goes first from now on. The
+		 * mark stays: such an owner asks early at every page. */
+		bool urgent = k != free_k;
 
 		pool->grow[k] = (struct sbi_grow){buf, idx, now, 0, urgent};
 		if (free_k == k)

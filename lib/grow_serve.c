@@ -71,6 +71,7 @@ bool sbi_grow_serve(struct sb_pool *pool)
 {
 	int nplaced = 0;
 	uint64_t now, due = UINT64_MAX;
+	uint64_t first_pass[SBI_GROW_MAX / 64] = {0};	/* slots taken */
 
 	if (!__atomic_load_n(&pool->ngrow, __ATOMIC_RELAXED)) {
 		pool->grow_due_ms = UINT64_MAX;
@@ -82,7 +83,9 @@ bool sbi_grow_serve(struct sb_pool *pool)
 	 * watch before: a client mapping ahead of its writes, which finds
 	 * its page unplaced, places it itself and waits for the mmap lock
 	 * behind this thread's placements); a burst cut short resumes
-	 * where it stopped. */
+	 * where it stopped. The second pass takes every slot the first did
+	 * not, urgent or not: a watch made urgent between the two passes
+	 * is served all the same. */
 	for (uint32_t n = 0; n < 2 * SBI_GROW_MAX; n++) {
 		uint32_t k = (pool->grow_rr + n) % SBI_GROW_MAX;
 		bool urgent_pass = n < SBI_GROW_MAX;
@@ -90,13 +93,17 @@ bool sbi_grow_serve(struct sb_pool *pool)
 		struct sb_buf *buf;
 		bool placed = false;
 
+		if (!urgent_pass && (first_pass[k / 64] >> (k % 64) & 1))
+			continue;
 		pthread_mutex_lock(&pool->pf_lock);
 		g = pool->grow[k];
 		buf = g.buf;
-		if (buf && g.urgent != urgent_pass) {
+		if (urgent_pass && (!buf || !g.urgent)) {
 			pthread_mutex_unlock(&pool->pf_lock);
 			continue;
 		}
+		if (urgent_pass)
+			first_pass[k / 64] |= 1ull << (k % 64);
 		if (!buf || g.due_ms > now || nplaced == BURST) {
 			if (buf)	/* not due, or left for the next round */
 				due = due < g.due_ms ? due : g.due_ms;

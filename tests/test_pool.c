@@ -124,6 +124,30 @@ static void reserve_floor(void)
 	sb_pool_destroy(p);
 }
 
+/* sync_prepares counts what a caller had to prepare, not the pages the
+ * ready thread zeroed for its own placements ahead (a prefetch without
+ * WAIT on a fresh pool: nearly every page needs zeroing). */
+static void background_prepares(void)
+{
+	struct sb_pool *p = make_pool(PAGE, 64 * MiB, 0);
+	struct sb_buf *b = make_buf(p, 1 * GiB, 0);
+	struct sb_range r = {0, 128 * PAGE};
+	uint64_t before;
+
+	CHECK_EQ(sb_buf_prefetch(b, &r, 1, 0), 128);
+	WAIT_FOR(sb_buf_placed(b, 0, 128 * PAGE) == 128, 10.0);
+	CHECK_EQ(sb_buf_placed(b, 0, 128 * PAGE), 128);
+	CHECK_EQ(stats(p).sync_prepares, 0);
+	/* The caller's own: more pages at once than any reserve holds. */
+	before = stats(p).pages_ready;
+	CHECK_EQ(sb_buf_map(b, 256 * PAGE, (before + 64) * PAGE),
+		 (long)before + 64);
+	CHECK(stats(p).sync_prepares > 0);
+	VERIFY(p);
+	sb_buf_destroy(b);
+	sb_pool_destroy(p);
+}
+
 static int main_test(void)
 {
 	require_uffd();
@@ -131,6 +155,7 @@ static int main_test(void)
 	budget();
 	reserve();
 	reserve_floor();
+	background_prepares();
 	printf("pool: heaps, budget and reserve ok\n");
 	return 0;
 }
