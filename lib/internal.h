@@ -488,6 +488,7 @@ struct sb_pool {
 	 * pages the ready thread keeps for them rather than punch (ready.c:
 	 * a page-in overwrites a freed page as it is). */
 	size_t overwrites, dirty_keep;
+	uint64_t steals;	/* ready pages taken out of turn (pool.c) */
 	/* The target stays within max(ready_max, ready_floor): the adaptive
 	 * part never adds to an explicit floor. */
 	unsigned quiet_ticks;	/* ticks in a row without a miss */
@@ -641,6 +642,11 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint,
  * take a freed page anywhere in the pool rather than allocate the next page
  * of a run (pool.c). */
 #define SBI_ALLOC_SCATTER (1u << 4)
+/* URGENT: one page that an owner waits for, past its growth watch's
+ * frontier (place.c). If the next page of its run is not ready, a ready
+ * page anywhere will do, even one earmarked for another buffer's run: one
+ * more mapping instead of zeroing on the owner's thread (pool.c). */
+#define SBI_ALLOC_URGENT (1u << 5)
 /* Add / drop one reference to each page (SBI_NOPAGE entries skipped). A
  * page whose last reference goes returns to the pool. */
 void sbi_pool_ref(struct sb_pool *pool, const sbi_ptref *refs, size_t n);
@@ -927,6 +933,11 @@ struct sb_buf {
 	uint64_t run_serial;
 	uint32_t run_slot, run_start, run_end;
 	uint32_t run_next;	/* first page of the run not yet taken */
+	/* pool->lock: pages allocated for this buffer, and how many of them
+	 * were ready pages taken out of turn (SBI_ALLOC_URGENT, bounded by
+	 * the first: each costs mappings, pool.c). */
+	uint64_t allocs;
+	uint32_t steals;
 	/* Disk tier. */
 	struct sbi_src *src;	/* immutable; NULL: pages start empty */
 	_Atomic unsigned inflight;	/* page-ins holding this buffer */

@@ -146,8 +146,15 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 	for (size_t sg = 0, got = 0; sg < nsegs; got += segs[sg++].n) {
 		/* A prefetch served in the background (!wait) is advice:
 		 * at the budget it does not wait for busy buffers. */
+		unsigned flags = wait ? 0 : SBI_ALLOC_NOWAIT;
+
+		/* The owner's own page after a placed one in a growing
+		 * buffer: the watch fell behind (pool.c, steal_ready). */
+		if (wait && (buf->flags & SB_BUF_GROWS) && segs[sg].n == 1 &&
+		    !sbi_ptref_none(segs[sg].after))
+			flags |= SBI_ALLOC_URGENT;
 		r = sbi_alloc(pool, buf, segs[sg].after, segs[sg].n, pids + got,
-			      wait ? 0 : SBI_ALLOC_NOWAIT, NULL, false);
+			      flags, NULL, false);
 		if (r < 0) {
 			n = got;	/* what to give back */
 			goto out_put;

@@ -429,6 +429,55 @@ static uint32_t next_run_pages(const struct sb_pool *pool,
 	return want < pool->pages_per_heap ? want : pool->pages_per_heap;
 }
 
+/*
+ * An owner past its growth watch's frontier waits for this page
+ * (SBI_ALLOC_URGENT), and the next page of its run is not ready: take a
+ * ready page from anywhere but its own run, even one earmarked for
+ * another buffer's run (whose watch, on the ready thread, then prepares
+ * another page in the background). Zeroing the page here costs the owner
+ * 0.1-1 ms at a crossing where every region of a KV cache wants one, a
+ * mapping of a page that is ready about 50 us. The price is mappings: the
+ * buffer's run breaks around the page, and so may the other's (three more
+ * at most); so two such pages, and one more per 32 allocated for the
+ * buffer (the first crossings of a KV cache, where the watches start in
+ * an order that is not the owner's, miss most). Sets *out; pool->lock
+ * held.
+ */
+static bool steal_ready(struct sb_pool *pool, struct sb_buf *buf,
+			unsigned flags, sbi_pid *out)
+{
+	SBI_HELD(&pool->lock);
+	if (!(flags & SBI_ALLOC_URGENT) || !pool->ready ||
+	    buf->steals > 1 + buf->allocs / 32)
+		return false;
+	/* The reserve's own pages first (no run loses its next page), then
+	 * another buffer's; never one of its own run's: those come in turn. */
+	for (int others = 0; others < 2; others++) {
+		for (uint32_t s = 0; s < pool->heap_hi; s++) {
+			struct sbi_heap *h = pool->heaps[s];
+			const uint8_t *p, *end;
+
+			if (!h || !h->nready)
+				continue;
+			end = h->state + h->npages;
+			for (p = h->state;
+			     (p = memchr(p, SBI_PG_READY, (size_t)(end - p)));
+			     p++) {
+				uint32_t i = (uint32_t)(p - h->state);
+
+				if (others ? h->owner[i] == buf->id
+					   : h->owner[i] != 0)
+					continue;
+				*out = s * pool->pages_per_heap + i;
+				buf->steals++;
+				pool->steals++;
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
 static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 		     bool have_hint, sbi_pid *out, unsigned flags,
 		     bool *scattered)
@@ -465,6 +514,11 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 			i = sbi_pid_index(pool, *hint);
 		}
 		if (usable(h, i, buf)) {
+			if (h->state[i] != SBI_PG_READY &&
+			    steal_ready(pool, buf, flags, out))
+				return take_page(pool, sbi_pid_heap(pool, *out),
+						 sbi_pid_index(pool, *out),
+						 flags);
 			if (h->state[i] == SBI_PG_BUSY) {
 				wait_busy(pool, flags);
 				continue;
@@ -586,6 +640,7 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 				sbi_ready_want(pool, next + 1, 1);
 		}
 	}
+	buf->allocs += n;
 	if (flags & SBI_ALLOC_OVERWRITE)
 		pool->overwrites += n;
 	if (misses) {
