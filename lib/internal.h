@@ -643,7 +643,7 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint,
  * of a run (pool.c). */
 #define SBI_ALLOC_SCATTER (1u << 4)
 /* URGENT: one page that an owner waits for, past its growth watch's
- * frontier (place.c). If the next page of its run is not ready, a ready
+ * frontier (place.c, fault.c). If the next page of its run is not ready, a ready
  * page anywhere will do, even one earmarked for another buffer's run: one
  * more mapping instead of zeroing on the owner's thread (pool.c). */
 #define SBI_ALLOC_URGENT (1u << 5)

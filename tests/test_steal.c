@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * An owner that outran its growth watch (sb_buf_map of the page after its
- * last, in an SB_BUF_GROWS buffer) and whose run's next page is not ready
- * takes a ready page from elsewhere instead of zeroing one on its own
- * thread (pool.c, steal_ready): two per buffer, and one more per 32 pages
- * allocated for it, since each costs mappings. Nothing else
- * steals: a buffer without SB_BUF_GROWS, several pages at once, a first
- * page. The ready thread is held still (as sb_pool_trim does) so that the
+ * An owner that outran its growth watch (sb_buf_map or a touch of the
+ * page after its last, in an SB_BUF_GROWS buffer) and whose run's next
+ * page is not ready takes a ready page from elsewhere instead of zeroing
+ * one on its own thread or the fault handler's (pool.c, steal_ready): two
+ * per buffer, and one more per 32 pages allocated for it, since each
+ * costs mappings. Nothing else steals: a buffer without SB_BUF_GROWS,
+ * several pages at once, a first page. The ready thread is held still (as sb_pool_trim does) so that the
  * run's next page stays unprepared.
  */
 #include "harness.h"
@@ -52,7 +52,7 @@ static int child(const char *name)
 static int main_test(void)
 {
 	struct sb_pool *p;
-	struct sb_buf *warm, *g, *plain, *multi, *many;
+	struct sb_buf *warm, *g, *touch, *plain, *multi, *many;
 	struct sb_stats st;
 	uint64_t s0;
 
@@ -90,6 +90,18 @@ static int main_test(void)
 		CHECK_EQ(((char *)sb_buf_addr(g))[(size_t)i * PAGE + PAGE - 1],
 			 'a' + i);
 
+	/* The same for a touch: the fault handler places a ready page. */
+	touch = make_buf(p, 64 * MiB, SB_BUF_GROWS);
+	CHECK_EQ(sb_buf_map(touch, 0, PAGE), 1);
+	st = stats(p);
+	s0 = steals(p);
+	((volatile char *)sb_buf_addr(touch))[PAGE] = 1;
+	CHECK_EQ(stats(p).faults, st.faults + 1);
+	CHECK_EQ(steals(p), s0 + 1);
+	CHECK_EQ(stats(p).sync_prepares, st.sync_prepares);
+	CHECK_EQ(((char *)sb_buf_addr(touch))[PAGE], 1);
+	CHECK(all_zero((char *)sb_buf_addr(touch) + PAGE + 1, PAGE - 1));
+
 	/* No steal without SB_BUF_GROWS, nor for several pages at once. */
 	s0 = steals(p);
 	plain = make_buf(p, 64 * MiB, 0);
@@ -114,6 +126,7 @@ static int main_test(void)
 	sb_buf_destroy(many);
 	sb_buf_destroy(multi);
 	sb_buf_destroy(plain);
+	sb_buf_destroy(touch);
 	sb_buf_destroy(g);
 	sb_buf_destroy(warm);
 	sb_pool_destroy(p);
