@@ -88,10 +88,8 @@ static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
 	/* A growing buffer's owner that outran its watch: a ready page from
 	 * elsewhere rather than one zeroed here (pool.c, steal_ready). */
 	r = sbi_alloc(pool, buf, hint, 1, &pid,
-		      (buf->flags & SB_BUF_GROWS) && !sbi_ptref_none(hint)
-			      ? SBI_ALLOC_URGENT
-			      : 0,
-		      buf, true);
+		      sbi_grow_urgent(buf, idx) ? SBI_ALLOC_URGENT : 0, buf,
+		      true);
 	if (r == 0) {
 		sbi_vma_fg_begin(pool);	/* a thread waits for this */
 		r = sbi_vma_place(buf, idx, 1, pid, buf->flags & SBI_BUF_RO);

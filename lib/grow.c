@@ -87,6 +87,21 @@ void sbi_grow_note(struct sb_buf *buf, size_t idx)
 	pthread_mutex_unlock(&pool->pf_lock);
 }
 
+bool sbi_grow_urgent(const struct sb_buf *buf, size_t idx)
+{
+	SBI_HELD(&buf->lock);
+	uint32_t stolen = __atomic_load_n(&buf->steals, __ATOMIC_RELAXED);
+
+	/* At the growing end: the page before placed, the one after not (a
+	 * hole in the middle is refilled from the run as ever); and one
+	 * page out of turn per run's worth placed, and one more. */
+	return grow_watchable(buf) && idx && idx < buf->npages &&
+	       sbi_pte_has_page(buf->pte[idx - 1]) &&
+	       (idx + 1 == buf->npages ||
+		!sbi_pte_has_page(buf->pte[idx + 1])) &&
+	       stolen < 1 + buf->nplaced / sbi_run_pages(buf->pool);
+}
+
 void sbi_grow_cancel(struct sb_buf *buf)
 {
 	SBI_HELD(&buf->pool->pf_lock);

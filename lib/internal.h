@@ -642,10 +642,11 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint,
  * take a freed page anywhere in the pool rather than allocate the next page
  * of a run (pool.c). */
 #define SBI_ALLOC_SCATTER (1u << 4)
-/* URGENT: one page that an owner waits for, past its growth watch's
- * frontier (place.c, fault.c). If the next page of its run is not ready, a ready
- * page anywhere will do, even one earmarked for another buffer's run: one
- * more mapping instead of zeroing on the owner's thread (pool.c). */
+/* URGENT: one page that an owner waits for at its growing buffer's end,
+ * past its growth watch (sbi_grow_urgent). If the next page of its run
+ * needs zeroing, a ready page elsewhere will do, even one earmarked for
+ * another buffer's run: more mappings instead of zeroing on the owner's
+ * thread (pool.c, steal_ready). */
 #define SBI_ALLOC_URGENT (1u << 5)
 /* Add / drop one reference to each page (SBI_NOPAGE entries skipped). A
  * page whose last reference goes returns to the pool. */
@@ -933,11 +934,12 @@ struct sb_buf {
 	uint64_t run_serial;
 	uint32_t run_slot, run_start, run_end;
 	uint32_t run_next;	/* first page of the run not yet taken */
-	/* pool->lock: pages allocated for this buffer, and how many of them
-	 * were ready pages taken out of turn (SBI_ALLOC_URGENT, bounded by
-	 * the first: each costs mappings, pool.c). */
-	uint64_t allocs;
+	/* Ready pages taken out of turn (SBI_ALLOC_URGENT; atomic: counted
+	 * under pool->lock, bounded under buf->lock by sbi_grow_urgent),
+	 * and whether the next allocation goes back to the run they left
+	 * (pool->lock). */
 	uint32_t steals;
+	bool run_resume;
 	/* Disk tier. */
 	struct sbi_src *src;	/* immutable; NULL: pages start empty */
 	_Atomic unsigned inflight;	/* page-ins holding this buffer */
@@ -1030,6 +1032,10 @@ bool sbi_touch_serve(struct sb_pool *pool);
  * sb_buf_map): if the page before is placed, the buffer grows at its end;
  * watch it from idx. Holds buf->lock; takes pf_lock. Never allocates. */
 void sbi_grow_note(struct sb_buf *buf, size_t idx);
+/* Should the owner's own placement of page idx alone take a ready page out
+ * of turn (SBI_ALLOC_URGENT)? A growing buffer's page at its growing end,
+ * within the buffer's allowance of such pages; buf->lock held. */
+bool sbi_grow_urgent(const struct sb_buf *buf, size_t idx);
 /* End buf's watch; pf_lock held (sbi_prefetch_cancel). */
 void sbi_grow_cancel(struct sb_buf *buf);
 /* The ready thread, at most once a millisecond: every watch. Called with

@@ -26,6 +26,7 @@ struct run {
 struct seg {
 	size_t idx, n;
 	sbi_ptref after;
+	bool urgent;	/* SBI_ALLOC_URGENT (sbi_grow_urgent) */
 };
 
 /* Nothing there: no page, no data on disk, no failed read. A page
@@ -133,7 +134,8 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 			idx[k++] = j++;
 		segs[nsegs++] = (struct seg){
 			i, j - i,
-			i ? sbi_pte_ref(buf->pte[i - 1]) : SBI_NOPAGE};
+			i ? sbi_pte_ref(buf->pte[i - 1]) : SBI_NOPAGE,
+			wait && j - i == 1 && sbi_grow_urgent(buf, i)};
 		i = j;
 	}
 	pthread_mutex_unlock(&buf->lock);
@@ -148,10 +150,7 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 		 * at the budget it does not wait for busy buffers. */
 		unsigned flags = wait ? 0 : SBI_ALLOC_NOWAIT;
 
-		/* The owner's own page after a placed one in a growing
-		 * buffer: the watch fell behind (pool.c, steal_ready). */
-		if (wait && (buf->flags & SB_BUF_GROWS) && segs[sg].n == 1 &&
-		    !sbi_ptref_none(segs[sg].after))
+		if (segs[sg].urgent)
 			flags |= SBI_ALLOC_URGENT;
 		r = sbi_alloc(pool, buf, segs[sg].after, segs[sg].n, pids + got,
 			      flags, NULL, false);

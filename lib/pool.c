@@ -430,29 +430,30 @@ static uint32_t next_run_pages(const struct sb_pool *pool,
 }
 
 /*
- * An owner past its growth watch's frontier waits for this page
- * (SBI_ALLOC_URGENT), and the next page of its run is not ready: take a
- * ready page from anywhere but its own run, even one earmarked for
- * another buffer's run (whose watch, on the ready thread, then prepares
- * another page in the background). Zeroing the page here costs the owner
- * 0.1-1 ms at a crossing where every region of a KV cache wants one, a
- * mapping of a page that is ready about 50 us. The price is mappings: the
- * buffer's run breaks around the page, and so may the other's (three more
- * at most); so two such pages, and one more per 32 allocated for the
- * buffer (the first crossings of a KV cache, where the watches start in
- * an order that is not the owner's, miss most). Sets *out; pool->lock
- * held.
+ * An owner at its growing buffer's end waits for this page, past its
+ * growth watch (SBI_ALLOC_URGENT), and the next page of its run needs
+ * zeroing: take a ready page elsewhere instead. Zeroing 256 KiB here cost
+ * the owner 0.24-1.08 ms at a crossing where every region of a KV cache
+ * wants a page; a mapping of a ready page costs 0.1-0.2 ms. The price is
+ * mappings (the run breaks around the page, and the other run's may too),
+ * hence the owner's allowance (sbi_grow_urgent). Preference, so that no
+ * one pays soon for what this owner saves: a ready page that nobody's run
+ * continues into (not earmarked, not right after a used page), then a
+ * page another run needs only after its next one, then another run's next
+ * page (that buffer's watch prepares another in the background); never one
+ * of its own run, which comes in turn. The next allocation goes back to
+ * the run (run_resume). Sets *out; pool->lock held.
  */
 static bool steal_ready(struct sb_pool *pool, struct sb_buf *buf,
-			unsigned flags, sbi_pid *out)
+			const struct sbi_heap *hh, uint32_t hi, unsigned flags,
+			sbi_pid *out)
 {
 	SBI_HELD(&pool->lock);
 	if (!(flags & SBI_ALLOC_URGENT) || !pool->ready ||
-	    buf->steals > 1 + buf->allocs / 32)
-		return false;
-	/* The reserve's own pages first (no run loses its next page), then
-	 * another buffer's; never one of its own run's: those come in turn. */
-	for (int others = 0; others < 2; others++) {
+	    (hh->state[hi] != SBI_PG_UNBACKED &&
+	     hh->state[hi] != SBI_PG_DIRTY))
+		return false;	/* ready, or being made ready: soon */
+	for (int pass = 0; pass < 3; pass++) {
 		for (uint32_t s = 0; s < pool->heap_hi; s++) {
 			struct sbi_heap *h = pool->heaps[s];
 			const uint8_t *p, *end;
@@ -464,12 +465,17 @@ static bool steal_ready(struct sb_pool *pool, struct sb_buf *buf,
 			     (p = memchr(p, SBI_PG_READY, (size_t)(end - p)));
 			     p++) {
 				uint32_t i = (uint32_t)(p - h->state);
+				uint32_t o = h->owner[i];
+				bool next = i && h->state[i - 1] == SBI_PG_USED;
 
-				if (others ? h->owner[i] == buf->id
-					   : h->owner[i] != 0)
+				if (o == buf->id ||
+				    (pass == 0 && (o || next)) ||
+				    (pass == 1 && (!o || next)))
 					continue;
 				*out = s * pool->pages_per_heap + i;
-				buf->steals++;
+				__atomic_add_fetch(&buf->steals, 1,
+						   __ATOMIC_RELAXED);
+				buf->run_resume = true;
 				pool->steals++;
 				return true;
 			}
@@ -502,6 +508,14 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 		return take_page(pool, sbi_pid_heap(pool, *out),
 				 sbi_pid_index(pool, *out), flags);
 	}
+	/* The page before was taken out of turn (steal_ready): continue the
+	 * run it left, or claim a new one, not the page after it (someone
+	 * else's next). */
+	if (buf->run_resume) {
+		buf->run_resume = false;
+		tried_cursor = true;
+		have_hint = run_cursor(pool, buf, hint);
+	}
 
 	for (;;) {
 		struct sbi_heap *h = NULL;
@@ -514,8 +528,7 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 			i = sbi_pid_index(pool, *hint);
 		}
 		if (usable(h, i, buf)) {
-			if (h->state[i] != SBI_PG_READY &&
-			    steal_ready(pool, buf, flags, out))
+			if (steal_ready(pool, buf, h, i, flags, out))
 				return take_page(pool, sbi_pid_heap(pool, *out),
 						 sbi_pid_index(pool, *out),
 						 flags);
@@ -628,6 +641,15 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 		if (scattered) {
 			/* A freed page taken out of any run: the next
 			 * page-in takes one too, nothing to make ready. */
+		} else if (buf->run_resume) {
+			/* A page taken out of turn: the next comes from the
+			 * run it left (alloc_one). */
+			if (run_cursor(pool, buf, &next)) {
+				sbi_ready_want(pool, next, 0);
+				if (usable(sbi_pid_heap(pool, next),
+					   sbi_pid_index(pool, next) + 1, buf))
+					sbi_ready_want(pool, next + 1, 1);
+			}
 		} else if (usable(h, i + 1, buf)) {
 			sbi_ready_want(pool, hint + 1, 0);
 			if (usable(h, i + 2, buf))
@@ -640,7 +662,6 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 				sbi_ready_want(pool, next + 1, 1);
 		}
 	}
-	buf->allocs += n;
 	if (flags & SBI_ALLOC_OVERWRITE)
 		pool->overwrites += n;
 	if (misses) {
