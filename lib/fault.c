@@ -106,6 +106,8 @@ fail:
 	}
 	*pte = sbi_pte_placed(pid);
 	buf->nplaced++;
+	if (idx + 1 > buf->grow_hi)
+		buf->grow_hi = idx + 1;
 	sbi_rmap_note(buf, idx, pid);
 	atomic_fetch_add_explicit(&pool->n_fault_places, 1,
 				  memory_order_relaxed);

@@ -90,16 +90,20 @@ void sbi_grow_note(struct sb_buf *buf, size_t idx)
 bool sbi_grow_urgent(const struct sb_buf *buf, size_t idx)
 {
 	SBI_HELD(&buf->lock);
+	const struct sb_pool *pool = buf->pool;
 	uint32_t stolen = __atomic_load_n(&buf->steals, __ATOMIC_RELAXED);
 
-	/* At the growing end: the page before placed, the one after not (a
-	 * hole in the middle is refilled from the run as ever); and one
-	 * page out of turn per run's worth placed, and one more. */
-	return grow_watchable(buf) && idx && idx < buf->npages &&
+	/* At the growing end: the page before placed, nothing ever placed
+	 * from here on (a hole in the middle is refilled from the run as
+	 * ever). Pages of 64 KiB and more: below, zeroing one costs less
+	 * than the mappings. One page out of turn, and one per four runs'
+	 * worth placed (up to three mappings each; 16 MiB at most pages). */
+	return grow_watchable(buf) && pool->page_size >= 64 * 1024 &&
+	       idx && idx < buf->npages && idx >= buf->grow_hi &&
 	       sbi_pte_has_page(buf->pte[idx - 1]) &&
 	       (idx + 1 == buf->npages ||
 		!sbi_pte_has_page(buf->pte[idx + 1])) &&
-	       stolen < 1 + buf->nplaced / sbi_run_pages(buf->pool);
+	       stolen < 1 + buf->nplaced / (4 * (size_t)sbi_run_pages(pool));
 }
 
 void sbi_grow_cancel(struct sb_buf *buf)

@@ -940,6 +940,11 @@ struct sb_buf {
 	 * (pool->lock). */
 	uint32_t steals;
 	bool run_resume;
+	uint64_t steal_fail;	/* pool->lock: busy_gen + 1 of a search
+				 * that found nothing (not repeated until
+				 * a page is made ready) */
+	size_t grow_hi;		/* buf->lock: one past the highest page
+				 * ever placed by sbi_buf_place or a fault */
 	/* Disk tier. */
 	struct sbi_src *src;	/* immutable; NULL: pages start empty */
 	_Atomic unsigned inflight;	/* page-ins holding this buffer */

@@ -195,6 +195,8 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 			SBI_TRACE_MAP(buf, runs[t].idx + i);
 		}
 	buf->nplaced += n;
+	if (nruns && runs[nruns - 1].idx + runs[nruns - 1].n > buf->grow_hi)
+		buf->grow_hi = runs[nruns - 1].idx + runs[nruns - 1].n;
 	sbi_count(&pool->n_maps, n);
 	if (nruns && wait)	/* the owner's own: watch from its last page */
 		sbi_grow_note(buf, runs[nruns - 1].idx + runs[nruns - 1].n - 1);

@@ -441,47 +441,53 @@ static uint32_t next_run_pages(const struct sb_pool *pool,
  * continues into (not earmarked, not right after a used page), then a
  * page another run needs only after its next one, then another run's next
  * page (that buffer's watch prepares another in the background); never one
- * of its own run, which comes in turn. The next allocation goes back to
- * the run (run_resume). Sets *out; pool->lock held.
+ * of its own run, which comes in turn. One scan, stopped at the first page
+ * of the best kind; a scan that found nothing is not repeated until the
+ * ready thread made another page ready (steal_fail). The next allocation
+ * goes back to the run (run_resume). Sets *out; pool->lock held.
  */
 static bool steal_ready(struct sb_pool *pool, struct sb_buf *buf,
 			const struct sbi_heap *hh, uint32_t hi, unsigned flags,
 			sbi_pid *out)
 {
 	SBI_HELD(&pool->lock);
+	int best = 3;	/* the preference class of *out; 3: none */
+
 	if (!(flags & SBI_ALLOC_URGENT) || !pool->ready ||
 	    (hh->state[hi] != SBI_PG_UNBACKED &&
-	     hh->state[hi] != SBI_PG_DIRTY))
-		return false;	/* ready, or being made ready: soon */
-	for (int pass = 0; pass < 3; pass++) {
-		for (uint32_t s = 0; s < pool->heap_hi; s++) {
-			struct sbi_heap *h = pool->heaps[s];
-			const uint8_t *p, *end;
+	     hh->state[hi] != SBI_PG_DIRTY) ||
+	    buf->steal_fail == pool->busy_gen + 1)
+		return false;	/* ready, being made ready (soon), or no
+				 * page made ready since the last search */
+	for (uint32_t s = 0; s < pool->heap_hi && best; s++) {
+		struct sbi_heap *h = pool->heaps[s];
+		const uint8_t *p, *end;
 
-			if (!h || !h->nready)
-				continue;
-			end = h->state + h->npages;
-			for (p = h->state;
-			     (p = memchr(p, SBI_PG_READY, (size_t)(end - p)));
-			     p++) {
-				uint32_t i = (uint32_t)(p - h->state);
-				uint32_t o = h->owner[i];
-				bool next = i && h->state[i - 1] == SBI_PG_USED;
+		if (!h || !h->nready)
+			continue;
+		end = h->state + h->npages;
+		for (p = h->state; best && (p = memchr(p, SBI_PG_READY,
+						      (size_t)(end - p)));
+		     p++) {
+			uint32_t i = (uint32_t)(p - h->state);
+			uint32_t o = h->owner[i];
+			bool next = i && h->state[i - 1] == SBI_PG_USED;
+			int cls = next ? 2 : o ? 1 : 0;
 
-				if (o == buf->id ||
-				    (pass == 0 && (o || next)) ||
-				    (pass == 1 && (!o || next)))
-					continue;
+			if (o != buf->id && cls < best) {
+				best = cls;
 				*out = s * pool->pages_per_heap + i;
-				__atomic_add_fetch(&buf->steals, 1,
-						   __ATOMIC_RELAXED);
-				buf->run_resume = true;
-				pool->steals++;
-				return true;
 			}
 		}
 	}
-	return false;
+	if (best == 3) {
+		buf->steal_fail = pool->busy_gen + 1;
+		return false;
+	}
+	__atomic_add_fetch(&buf->steals, 1, __ATOMIC_RELAXED);
+	buf->run_resume = true;
+	pool->steals++;
+	return true;
 }
 
 static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
@@ -510,9 +516,9 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 	}
 	/* The page before was taken out of turn (steal_ready): continue the
 	 * run it left, or claim a new one, not the page after it (someone
-	 * else's next). */
+	 * else's next). Cleared once an allocation succeeds (the caller
+	 * may retry this one: a client's lease, a failed zeroing). */
 	if (buf->run_resume) {
-		buf->run_resume = false;
 		tried_cursor = true;
 		have_hint = run_cursor(pool, buf, hint);
 	}
@@ -589,6 +595,7 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 	bool have_hint = !sbi_ptref_none(hint1);
 	sbi_pid hint = have_hint ? sbi_ptref_pid(hint1) : 0;
 	size_t got = 0, misses = 0;
+	uint64_t steals;
 	bool scattered = false;
 	int r = 0;
 
@@ -604,6 +611,7 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 		r = -EDQUOT;	/* the budget */
 		goto out_unlock;
 	}
+	steals = pool->steals;
 	for (got = 0; got < n; got++) {
 		/* Continue after the previous page, within its heap. */
 		if (have_hint && sbi_pid_index(pool, ++hint) == 0)
@@ -626,6 +634,8 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 				    (enum prep)prep[got]);
 		goto out_unlock;
 	}
+	if (pool->steals == steals)
+		buf->run_resume = false;	/* back in its run */
 	/* The pages after the last one are what this buffer needs next: ask
 	 * for two, so that one late wake-up of the ready thread costs
 	 * nothing. If the next one cannot be had (the run ends there), claim
@@ -643,8 +653,10 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 			 * page-in takes one too, nothing to make ready. */
 		} else if (buf->run_resume) {
 			/* A page taken out of turn: the next comes from the
-			 * run it left (alloc_one). */
-			if (run_cursor(pool, buf, &next)) {
+			 * run it left (alloc_one), or from the next run. */
+			if (run_cursor(pool, buf, &next) ||
+			    claim_run(pool, buf, next_run_pages(pool, buf),
+				      &next) == 0) {
 				sbi_ready_want(pool, next, 0);
 				if (usable(sbi_pid_heap(pool, next),
 					   sbi_pid_index(pool, next) + 1, buf))
