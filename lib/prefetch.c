@@ -49,13 +49,16 @@ void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end)
 	pthread_mutex_unlock(&pool->pf_lock);
 }
 
-/* Pages of [first, end) placed or on disk, if the buffer lock is free; -1
- * when a placement holds it: the caller must not wait. */
-static long count_placed(struct sb_buf *buf, size_t first, size_t end)
+/* Pages of [first, end) placed or on disk. -1 when a placement holds the
+ * buffer lock and the caller must not wait for it (block false). */
+static long count_placed(struct sb_buf *buf, size_t first, size_t end,
+			 bool block)
 {
 	long n = 0;
 
-	if (pthread_mutex_trylock(&buf->lock) != 0)
+	if (block)
+		pthread_mutex_lock(&buf->lock);
+	else if (pthread_mutex_trylock(&buf->lock) != 0)
 		return -1;
 	for (size_t i = first; i < end; i++)
 		/* Placed, or on disk (a read was just queued for it). */
@@ -193,7 +196,11 @@ SB_API long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
 		if (!ranges[i].len)
 			continue;
 		sp = sbi_span_touched(pool, ranges[i].off, ranges[i].len);
-		placed = count_placed(buf, sp.first, sp.end);
+		/* With data on disk the reads above took the lock already,
+		 * and hold it only briefly: wait for it, rather than hand the
+		 * ready thread ranges that are all being read. Their reads'
+		 * completions take it, one page at a time. */
+		placed = count_placed(buf, sp.first, sp.end, disk);
 		if ((size_t)placed == sp.end - sp.first)
 			continue;
 		if (flags & SB_PREFETCH_WAIT) {
