@@ -55,15 +55,21 @@ void sbi_disk_destroy(struct sb_pool *pool)
 
 	if (!d)
 		return;
-	sbi_io_destroy(d->io);
-	if (d->spill_fd >= 0)
-		close(d->spill_fd);
-	/* Detached under the pool lock before it is freed: the ready thread
-	 * reads the spill counter under it (stat.c) until the pool stops. */
+	/* No punch starts from here on; a punch in flight finishes when the
+	 * engine stops. */
+	sbi_spill_close(d);
+	/* Detached under the pool lock before anything goes: the ready
+	 * thread looks it up under that lock, to read the spill counter
+	 * (stat.c) and to start punches, until the pool stops. Every buffer
+	 * is gone, so no page-in is left to look for it either. */
 	pthread_mutex_lock(&pool->lock);
 	atomic_store(&pool->disk, NULL);
 	pthread_mutex_unlock(&pool->lock);
+	sbi_io_destroy(d->io);
+	if (d->spill_fd >= 0)
+		close(d->spill_fd);
 	sbi_meta_free(d->slot_bits, (size_t)d->slot_cap / 8 + 8);
+	sbi_meta_free(d->punch_bits, (size_t)d->slot_cap / 8 + 8);
 	sbi_meta_free(d->slot_crc, (size_t)d->slot_cap * sizeof(uint32_t));
 	sbi_meta_free(d->slot_extra, (size_t)d->slot_cap * sizeof(uint16_t));
 	pthread_mutex_destroy(&d->spill_lock);

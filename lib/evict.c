@@ -213,8 +213,11 @@ static long drop_pages(struct sb_buf *buf, const size_t *idx, size_t n)
 }
 
 /* Write pages idx[0..n) (n <= BATCH, placed, private) to spill slots and
- * release them. All or nothing. */
-static long write_pages(struct sb_buf *buf, const size_t *idx, size_t n)
+ * release them. All or nothing. *reclaimed: on -ENOSPC, the slots freed
+ * earlier whose blocks this gave back; then, if first, the caller tries
+ * again and the failure is not reported here. */
+static long write_once(struct sb_buf *buf, const size_t *idx, size_t n,
+		       bool first, size_t *reclaimed)
 {
 	struct sb_pool *pool = buf->pool;
 	struct sbi_disk *d;
@@ -277,17 +280,37 @@ static long write_pages(struct sb_buf *buf, const size_t *idx, size_t n)
 			sbi_uffd_wp(pool->uffd,
 				    buf->base + (idx[k] << pool->page_shift),
 				    pool->page_size, false);
+		/* A full file system: the blocks of slots freed earlier and
+		 * not yet punched (spill.c) go back now, and so do those
+		 * this batch took before it failed. */
+		if (r == -ENOSPC)
+			*reclaimed = sbi_spill_punch_now(d);
 		sbi_spill_free(d, slots, n);
-		if (r != -ENOSPC)
+		if (r == -ENOSPC)
+			sbi_spill_punch_now(d);
+		else
 			sbi_count(&pool->n_io_errors, 1);
-		sbi_warn("eviction of %zu pages of buffer %u: %s; kept in "
-			 "memory", n, buf->id, strerror(-r));
+		if (!(r == -ENOSPC && first && *reclaimed))
+			sbi_warn("eviction of %zu pages of buffer %u: %s; "
+				 "kept in memory",
+				 n, buf->id, strerror(-r));
 		return r;
 	}
 	release(buf, idx, n, slots);
 	sbi_count(&pool->n_pages_out, n);
 	sbi_count(&pool->n_bytes_written, n * pool->page_size);
 	return (long)n;
+}
+
+static long write_pages(struct sb_buf *buf, const size_t *idx, size_t n)
+{
+	size_t reclaimed = 0;
+	long r = write_once(buf, idx, n, true, &reclaimed);
+
+	/* Once more if room was made: freed slots held blocks. */
+	if (r == -ENOSPC && reclaimed)
+		r = write_once(buf, idx, n, false, &reclaimed);
+	return r;
 }
 
 static long evict_pages(struct sb_buf *buf, const size_t *idx, size_t n)

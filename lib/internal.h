@@ -1140,6 +1140,8 @@ struct sbi_io {
 	bool (*done)(struct sbi_io *io);
 	int fd;
 	bool write;
+	bool punch;		/* a hole punch of [off, off+len): mem unused */
+	void *ctx;		/* for done(): the disk, for a punch */
 	void *mem;		/* page-aligned */
 	size_t len;
 	uint64_t off;
@@ -1165,6 +1167,9 @@ struct sbi_io *sbi_io_get(struct sbi_io_engine *e);
 void sbi_io_put(struct sbi_io_engine *e, struct sbi_io *io);
 /* Queue n requests (one io_uring_enter); never waits for the disk. */
 void sbi_io_submit(struct sbi_io_engine *e, struct sbi_io **ios, size_t n);
+/* Nothing but hole punches in flight, and no other request submitted or
+ * finished for ms milliseconds. */
+bool sbi_io_quiet(struct sbi_io_engine *e, unsigned ms);
 void sbi_io_wait_init(struct sbi_io_wait *w, size_t n);
 bool sbi_io_wait_done(struct sbi_io *io);
 /* Until every request of the batch is done; the first error or 0. */
@@ -1182,7 +1187,15 @@ struct sbi_disk {
 				 * logged once per cause, tried again at
 				 * the next eviction */
 	bool spill_direct;
-	uint64_t *slot_bits;	/* 1 = in use */
+	uint64_t *slot_bits;	/* 1 = in use, or being punched */
+	/* 1 = freed, its blocks not yet given back (spill.c) */
+	uint64_t *punch_bits;
+	uint32_t punch_pending;	/* slots set in punch_bits */
+	uint32_t punch_from;	/* no slot below is due */
+	uint32_t punching;	/* slots being punched (set in slot_bits) */
+	bool punch_busy;	/* a punch is in flight */
+	bool punch_off;		/* the file system cannot punch holes */
+	bool closing;		/* sbi_disk_destroy: no new punch */
 	uint32_t *slot_crc;
 	uint16_t *slot_extra;	/* holders beyond the first (a KV prefix read
 				 * back lazily by several sequences) */
@@ -1212,8 +1225,17 @@ void sbi_disk_wait_gen(struct sbi_disk *d, uint64_t gen, int timeout_ms);
 
 /* Spill slots (spill.c), each one pool page of the spill file. */
 int sbi_spill_alloc(struct sbi_disk *d, size_t n, uint32_t *slots);
-/* Drop one holder of each slot; the last one frees it. */
+/* Drop one holder of each slot; the last one frees it. Its blocks go back
+ * to the file system later, once the disk tier is quiet (spill.c). */
 void sbi_spill_free(struct sbi_disk *d, const uint32_t *slots, size_t n);
+/* Start giving the blocks of freed slots back if the disk tier has been
+ * quiet for a while (the ready thread, every 100 ms); never waits. */
+void sbi_spill_punch(struct sbi_disk *d);
+/* Punch every slot due now, on this thread (an eviction that found the
+ * file system full); returns the slots punched. */
+size_t sbi_spill_punch_now(struct sbi_disk *d);
+/* No punch starts from now on (sbi_disk_destroy, before the engine goes). */
+void sbi_spill_close(struct sbi_disk *d);
 /* One more holder of a slot in use: -EMLINK when it has 65535. */
 int sbi_spill_ref(struct sbi_disk *d, uint32_t slot);
 static inline uint64_t sbi_spill_off(const struct sbi_disk *d, uint32_t slot)

@@ -11,7 +11,8 @@
  *   fallback   pread/pwrite on a few worker threads, for kernels or
  *              sandboxes without io_uring (SPARSEBUF_PAGER=sync forces it).
  *
- * Either way a request's done() runs on the completion thread. done() may
+ * A request reads, writes, or punches a hole (the spill file's freed
+ * slots). Either way a request's done() runs on the completion thread. done() may
  * refuse (return false) when it would have to wait for a lock: a thread
  * holding a buffer's lock may be waiting for one of our completions, so
  * this thread never blocks on a buffer lock; refused requests are retried
@@ -24,12 +25,14 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RING_DEPTH 256
@@ -58,6 +61,8 @@ struct sbi_io_engine {
 	struct sbi_io *free;
 	struct slab *slabs;
 	bool stopping;
+	unsigned punches;	/* hole punches among busy */
+	uint64_t last_ms;	/* another request submitted or finished */
 	int wake_fd;		/* eventfd: completer wake-up */
 	pthread_t completer;
 	pthread_t workers[NWORKERS];
@@ -135,7 +140,12 @@ void sbi_io_put(struct sbi_io_engine *e, struct sbi_io *io)
 
 static void prep_sqe(struct io_uring_sqe *sqe, struct sbi_io *io)
 {
-	if (io->write)
+	if (io->punch)
+		io_uring_prep_fallocate(sqe, io->fd,
+					FALLOC_FL_PUNCH_HOLE |
+						FALLOC_FL_KEEP_SIZE,
+					(off_t)io->off, (off_t)io->len);
+	else if (io->write)
 		io_uring_prep_write(sqe, io->fd, io->mem, (unsigned)io->len,
 				    io->off);
 	else
@@ -172,13 +182,29 @@ static void submit_ring(struct sbi_io_engine *e)
 	}
 }
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 void sbi_io_submit(struct sbi_io_engine *e, struct sbi_io **ios, size_t n)
 {
+	uint64_t now;
+
 	if (!n)
 		return;
+	now = now_ms();
 	pthread_mutex_lock(&e->lock);
-	for (size_t k = 0; k < n; k++)
+	for (size_t k = 0; k < n; k++) {
 		q_push(&e->pending, ios[k]);
+		if (ios[k]->punch)
+			e->punches++;
+		else
+			e->last_ms = now;
+	}
 	e->busy += (unsigned)n;
 	if (e->uring) {
 		if (fill_ring(e))
@@ -189,11 +215,28 @@ void sbi_io_submit(struct sbi_io_engine *e, struct sbi_io **ios, size_t n)
 	pthread_mutex_unlock(&e->lock);
 }
 
+bool sbi_io_quiet(struct sbi_io_engine *e, unsigned ms)
+{
+	uint64_t now = now_ms();
+	bool r;
+
+	pthread_mutex_lock(&e->lock);
+	r = e->busy == e->punches && now - e->last_ms >= ms;
+	pthread_mutex_unlock(&e->lock);
+	return r;
+}
+
 /* ---- the fallback's workers ---------------------------------------------------- */
 
 static ssize_t do_sync(struct sbi_io *io)
 {
 	size_t done = 0;
+
+	if (io->punch)
+		return fallocate(io->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				 (off_t)io->off, (off_t)io->len) < 0
+			       ? -errno
+			       : 0;
 
 	while (done < io->len) {
 		ssize_t r = io->write ? pwrite(io->fd, (char *)io->mem + done,
@@ -320,11 +363,20 @@ static void *completer(void *arg)
 		/* Earlier refusals first: they have waited longest. */
 		for (int pass = 0; pass < 2; pass++) {
 			for (struct sbi_io *p = pass ? io : retry; p; p = next) {
+				bool punch = p->punch;
+
 				next = p->next;
-				if (p->done(p))
-					finished++;
-				else
+				if (!p->done(p)) {
 					q_push(&refused, p);
+					continue;
+				}
+				finished++;
+				pthread_mutex_lock(&e->lock);
+				if (punch)
+					e->punches--;
+				else
+					e->last_ms = now_ms();
+				pthread_mutex_unlock(&e->lock);
 			}
 		}
 		pthread_mutex_lock(&e->lock);

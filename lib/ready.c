@@ -23,7 +23,9 @@
  *   4. zero freed (dirty) pages into the reserve;
  *   5. every 100 ms: release empty heaps but one spare; after a second in
  *      which no caller had to prepare a page itself, shrink the target;
- *      sweep the heaps' pool-side page-table entries (heap.c).
+ *      sweep the heaps' pool-side page-table entries (heap.c); once the
+ *      disk tier is quiet, start giving freed spill slots' blocks back
+ *      (spill.c).
  * The target grows by one page for every page a caller had to prepare or
  * wait for (pool.c), between 1 MiB and 64 MiB worth of pages: the reserve
  * follows the growth rate. It never takes the pool past its budget.
@@ -405,9 +407,17 @@ void *sbi_ready_thread(void *arg)
 		enum work w;
 
 		if (now - last_tick >= 100) {
+			struct sbi_disk *d;
+
 			tick(pool);
 			sbi_stat_publish(pool);
 			last_tick = now;
+			/* Looked up and used under pool->lock, which keeps
+			 * the disk tier from going (sbi_disk_destroy; tick
+			 * may let the lock go). This never waits. */
+			d = sbi_disk_peek(pool);
+			if (d)
+				sbi_spill_punch(d);
 		}
 		avoid_cpu(pool, &avoided);
 		/* Placements a thread asked for come first: it will touch

@@ -3,9 +3,26 @@
  * The spill file: where evicted pages go. One unlinked file per pool
  * (O_TMPFILE, O_DIRECT when the file system takes it: no second copy in
  * the page cache), made at the first eviction, divided into slots of one
- * pool page. A slot keeps the CRC-32C of what was written to it. A freed
- * slot's blocks go back to the file system at once (hole punch), so the
- * file's allocated size is what evicted pages hold.
+ * pool page. A slot keeps the CRC-32C of what was written to it.
+ *
+ * A freed slot's blocks go back to the file system (hole punch) once the
+ * disk tier has been quiet for QUIET_MS, not on the thread that frees it:
+ * on ext4 a punch waits for every direct I/O in flight on the file and
+ * holds new ones off (inode_dio_wait), 220-400 us a slot and up to 7 ms
+ * under load on an AMD EPYC VM, and the page-in completion that freed a
+ * slot punched it before waking the page's waiter (docs/design.md, "A
+ * page-in"). Freed slots are marked due; the ready thread starts punching
+ * when nothing else has gone to the disk tier for QUIET_MS, one stretch
+ * of due neighbours at a time through the I/O engine (io_uring's own
+ * workers run it, or the fallback's), each completion starting the next
+ * while it stays quiet. The slots of a stretch being punched count as in
+ * use, so that no write lands in them before the punch. A slot taken
+ * again before its punch keeps its blocks (the new write overwrites
+ * them); an eviction that finds the file system full punches every due
+ * slot itself and tries once more. So the file holds what evicted pages
+ * hold plus the freed slots not yet punched, never more than the most
+ * slots ever in use at once (the lowest free slot is taken first), and
+ * only what evicted pages hold once the disk tier has rested.
  */
 #include "internal.h"
 
@@ -80,18 +97,21 @@ static int spill_init(struct sbi_disk *d)
 		return 0;
 	if (!d->slot_bits) {
 		uint64_t *bits = sbi_meta_alloc(SLOT_CAP / 8 + 8, false);
+		uint64_t *punch = sbi_meta_alloc(SLOT_CAP / 8 + 8, false);
 		uint32_t *crc = sbi_meta_alloc(SLOT_CAP * sizeof(uint32_t),
 					       false);
 		uint16_t *extra = sbi_meta_alloc(SLOT_CAP * sizeof(uint16_t),
 						 false);
 
-		if (!bits || !crc || !extra) {
+		if (!bits || !punch || !crc || !extra) {
 			sbi_meta_free(bits, SLOT_CAP / 8 + 8);
+			sbi_meta_free(punch, SLOT_CAP / 8 + 8);
 			sbi_meta_free(crc, SLOT_CAP * sizeof(uint32_t));
 			sbi_meta_free(extra, SLOT_CAP * sizeof(uint16_t));
 			return -ENOMEM;
 		}
 		d->slot_bits = bits;
+		d->punch_bits = punch;
 		d->slot_crc = crc;
 		d->slot_extra = extra;
 		d->slot_cap = SLOT_CAP;
@@ -122,6 +142,25 @@ static bool slot_used(const struct sbi_disk *d, uint32_t s)
 	return d->slot_bits[s / 64] >> (s % 64) & 1;
 }
 
+static bool punch_due(const struct sbi_disk *d, uint32_t s)
+{
+	return d->punch_bits[s / 64] >> (s % 64) & 1;
+}
+
+static void set_punch(struct sbi_disk *d, uint32_t s, bool due)
+{
+	if (due == punch_due(d, s))
+		return;
+	d->punch_bits[s / 64] ^= 1ull << (s % 64);
+	if (due) {
+		d->punch_pending++;
+		if (s < d->punch_from)
+			d->punch_from = s;
+	} else {
+		d->punch_pending--;
+	}
+}
+
 int sbi_spill_alloc(struct sbi_disk *d, size_t n, uint32_t *slots)
 {
 	size_t got = 0;
@@ -131,7 +170,7 @@ int sbi_spill_alloc(struct sbi_disk *d, size_t n, uint32_t *slots)
 	r = spill_init(d);
 	if (r < 0)
 		goto out;
-	if (n > d->slot_cap - d->slots_used) {
+	if (n > d->slot_cap - d->slots_used - d->punching) {
 		r = -ENOSPC;
 		goto out;
 	}
@@ -144,6 +183,7 @@ int sbi_spill_alloc(struct sbi_disk *d, size_t n, uint32_t *slots)
 		}
 		if (!slot_used(d, s)) {
 			d->slot_bits[s / 64] |= 1ull << (s % 64);
+			set_punch(d, s, false);	/* its blocks are reused */
 			slots[got++] = s;
 			if (s + 1 > d->slot_hi)
 				d->slot_hi = s + 1;
@@ -172,45 +212,166 @@ int sbi_spill_ref(struct sbi_disk *d, uint32_t slot)
 	return r;
 }
 
-void sbi_spill_free(struct sbi_disk *d, const uint32_t *slots, size_t n)
+/* A punch gives back this many slots at most (a stretch of the file): a
+ * read that comes meanwhile waits for it. */
+#define PUNCH_RUN 256
+/* Punches start after this long without other disk-tier I/O. */
+#define QUIET_MS 100
+
+static void punch_next(struct sbi_disk *d);
+
+/* The first due slot and the end of the stretch of due slots it starts,
+ * at most max long; spill_lock held, punch_pending > 0. */
+static uint32_t due_stretch(const struct sbi_disk *d, uint32_t max,
+			    uint32_t *end)
+{
+	uint32_t s = d->punch_from, e;
+
+	for (;; s = (s / 64 + 1) * 64) {	/* no slot below is due */
+		uint64_t w = d->punch_bits[s / 64] >> (s % 64);
+
+		if (w) {
+			s += (uint32_t)__builtin_ctzll(w);
+			break;
+		}
+	}
+	for (e = s + 1; e < d->slot_hi && e - s < max && punch_due(d, e); e++)
+		;
+	*end = e;
+	return s;
+}
+
+/* Slots [s, e) punched (res: 0 or -errno): free now. */
+static void punch_finish(struct sbi_disk *d, uint32_t s, uint32_t e, int res)
+{
+	pthread_mutex_lock(&d->spill_lock);
+	for (uint32_t t = s; t < e; t++)
+		d->slot_bits[t / 64] &= ~(1ull << (t % 64));
+	if (s < d->slot_hint)
+		d->slot_hint = s;
+	d->punching -= e - s;
+	d->punch_busy = false;
+	if (res == -EOPNOTSUPP || res == -ENOSYS || res == -EINVAL) {
+		/* This file system keeps its blocks: stop trying. */
+		d->punch_off = true;
+		memset(d->punch_bits, 0, ((size_t)d->slot_hi + 63) / 64 * 8);
+		d->punch_pending = 0;
+	}
+	pthread_mutex_unlock(&d->spill_lock);
+}
+
+/* A punch finished, on the completion thread: the next one starts. */
+static bool punch_done(struct sbi_io *io)
+{
+	struct sbi_disk *d = io->ctx;
+	uint32_t s = (uint32_t)(io->off >> d->pool->page_shift);
+
+	punch_finish(d, s, s + (uint32_t)(io->len >> d->pool->page_shift),
+		     (int)(io->res < 0 ? io->res : 0));
+	sbi_io_put(d->io, io);
+	punch_next(d);
+	return true;
+}
+
+/* Start punching the next stretch of due slots, unless one is in flight. */
+static void punch_next(struct sbi_disk *d)
 {
 	size_t ps = d->pool->page_size;
+	struct sbi_io *io;
+	uint32_t s, e;
 
+	/* Checked first: the engine's lock and this one are both leaves. */
+	if (!sbi_io_quiet(d->io, QUIET_MS))
+		return;
+	pthread_mutex_lock(&d->spill_lock);
+	if (d->punch_busy || !d->punch_pending || d->closing) {
+		pthread_mutex_unlock(&d->spill_lock);
+		return;
+	}
+	s = due_stretch(d, PUNCH_RUN, &e);
+	/* In use until punched: no write may land in them before. */
+	for (uint32_t t = s; t < e; t++) {
+		set_punch(d, t, false);
+		d->slot_bits[t / 64] |= 1ull << (t % 64);
+	}
+	d->punch_from = e;
+	d->punching += e - s;
+	d->punch_busy = true;
+	pthread_mutex_unlock(&d->spill_lock);
+
+	io = sbi_io_get(d->io);
+	if (!io) {	/* no request memory: punch here */
+		int r = fallocate(d->spill_fd,
+				  FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				  (off_t)s * (off_t)ps,
+				  (off_t)(e - s) * (off_t)ps);
+
+		punch_finish(d, s, e, r < 0 ? -errno : 0);
+		return;
+	}
+	io->punch = true;
+	io->done = punch_done;
+	io->ctx = d;
+	io->fd = d->spill_fd;
+	io->off = (uint64_t)s * ps;
+	io->len = (size_t)(e - s) * ps;
+	sbi_io_submit(d->io, &io, 1);
+}
+
+void sbi_spill_free(struct sbi_disk *d, const uint32_t *slots, size_t n)
+{
 	pthread_mutex_lock(&d->spill_lock);
 	for (size_t k = 0; k < n; k++) {
-		/* Another holder: the slot stays (not punched below). */
+		/* Another holder: the slot stays. */
 		if (d->slot_extra[slots[k]]) {
 			d->slot_extra[slots[k]]--;
 			continue;
 		}
 		d->slot_bits[slots[k] / 64] &= ~(1ull << (slots[k] % 64));
+		if (!d->punch_off)
+			set_punch(d, slots[k], true);
 		if (slots[k] < d->slot_hint)
 			d->slot_hint = slots[k];
 		d->slots_used--;
 	}
 	pthread_mutex_unlock(&d->spill_lock);
-	/* Punch outside the lock: it is a file-system call. Neighbours in
-	 * one call. A slot reused meanwhile is not punched: its new write
-	 * started after we freed it, and a punch would lose it; so the
-	 * check is repeated under the lock, per stretch. */
-	for (size_t k = 0; k < n;) {
-		size_t j = k + 1;
+}
 
-		while (j < n && slots[j] == slots[j - 1] + 1)
-			j++;
+void sbi_spill_punch(struct sbi_disk *d)
+{
+	punch_next(d);
+}
+
+size_t sbi_spill_punch_now(struct sbi_disk *d)
+{
+	size_t ps = d->pool->page_size, punched = 0;
+
+	for (;;) {
+		uint32_t s, e;
+
+		/* Under the lock from finding the stretch to punching it: a
+		 * slot taken meanwhile would have its new data punched. */
 		pthread_mutex_lock(&d->spill_lock);
-		for (size_t t = k; t < j; t++) {
-			if (slot_used(d, slots[t]))
-				continue;	/* reused: keep */
-			/* Holding the lock keeps a new owner from writing
-			 * into the slot while we punch it. */
-			fallocate(d->spill_fd,
-				  FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-				  (off_t)slots[t] * (off_t)ps, (off_t)ps);
+		if (!d->punch_pending) {
+			pthread_mutex_unlock(&d->spill_lock);
+			return punched;
 		}
+		s = due_stretch(d, UINT32_MAX, &e);
+		fallocate(d->spill_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			  (off_t)s * (off_t)ps, (off_t)(e - s) * (off_t)ps);
+		for (uint32_t t = s; t < e; t++)
+			set_punch(d, t, false);
+		d->punch_from = e;
 		pthread_mutex_unlock(&d->spill_lock);
-		k = j;
+		punched += e - s;
 	}
+}
+
+void sbi_spill_close(struct sbi_disk *d)
+{
+	pthread_mutex_lock(&d->spill_lock);
+	d->closing = true;
+	pthread_mutex_unlock(&d->spill_lock);
 }
 
 void sbi_spill_set_crc(struct sbi_disk *d, uint32_t slot, uint32_t crc)

@@ -4,13 +4,17 @@
  * process keeps working (a smaller eviction fits and reads back, new pages
  * place, the pool verifies); destroying the pool lets go of the file
  * system; a page left mapped by the failed eviction and then cleared from
- * the page tables (MADV_DONTNEED) reads back. Needs root to mount (skipped
+ * the page tables (MADV_DONTNEED) reads back; an eviction that finds the
+ * file system full while freed slots still hold blocks gives them back and
+ * fits. Needs root to mount (skipped
  * otherwise, with the reason). Runs with both pagers (io_uring and
  * SPARSEBUF_PAGER=sync). */
 #include "harness.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/statvfs.h>
 
 #define PAGE (64 * KiB)
 #define HEAP (4 * MiB)
@@ -38,6 +42,58 @@ static void unmount_mnt(void)
 {
 	if (mnt[0])
 		umount2(mnt, MNT_DETACH);
+}
+
+/* Bytes free on the tmpfs. */
+static size_t fs_free(void)
+{
+	struct statvfs v;
+
+	CHECK(statvfs(mnt, &v) == 0);
+	return (size_t)v.f_bavail * v.f_frsize;
+}
+
+/*
+ * Slots freed by page-ins keep their blocks until the disk tier has been
+ * quiet for 100 ms (spill.c). An eviction that finds the file system full
+ * meanwhile gives those blocks back itself and tries again: it succeeds
+ * where the room is there. Pages 0-3 go out and back (their slots punched
+ * after a rest), then pages 4-7 (their slots 4-7 due, 256 KiB held); a
+ * file leaves 128 KiB free; pages 8-11 take the punched slots 0-3, need
+ * 256 KiB, find 128: -ENOSPC, then the due slots are punched and the
+ * second try fits.
+ */
+static void due_slots_make_room(void)
+{
+	struct sb_pool *p = disk_pool_in(PAGE, HEAP, 0, mnt);
+	struct sb_buf *b = make_buf(p, 64 * MiB, 0);
+	char *x = sb_buf_addr(b), path[700];
+	size_t room;
+	int fd;
+
+	CHECK_EQ(sb_buf_map(b, 0, 12 * PAGE), 12);
+	/* Each touch reads its own page only. */
+	CHECK_EQ(sb_buf_advise(b, 0, 12 * PAGE, SB_ADVICE_RANDOM), 12);
+	for (size_t i = 0; i < 12; i++)
+		disk_fill(x + i * PAGE, PAGE, seed_of(81, i));
+	CHECK_EQ(sb_buf_evict(b, 0, 8 * PAGE), 8);
+	check_pages(x, 0, 4, 81);	/* slots 0-3 due */
+	usleep(400000);			/* quiet: punched */
+	check_pages(x, 4, 4, 81);	/* slots 4-7 due, blocks held */
+	room = fs_free();
+	CHECK(room >= 128 * KiB);
+	snprintf(path, sizeof(path), "%s/filler", mnt);
+	fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+	CHECK(fd >= 0);
+	CHECK(fallocate(fd, 0, 0, (off_t)(room - 128 * KiB)) == 0);
+	close(fd);
+	CHECK_EQ(sb_buf_evict(b, 8 * PAGE, 4 * PAGE), 4);
+	check_pages(x, 0, 12, 81);
+	unlink(path);
+	sb_buf_destroy(b);
+	sb_pool_destroy(p);
+	printf("a full spill file system: freed slots' blocks given back, "
+	       "the eviction fits\n");
 }
 
 static int body(void)
@@ -106,6 +162,7 @@ static int body(void)
 	CHECK_EQ(stats(p).pages_used, 0);
 	CHECK_EQ(stats(p).spill_bytes, 0);
 	sb_pool_destroy(p);
+	due_slots_make_room();
 	/* The pool closed its spill file: the file system is not busy. */
 	if (umount2(mnt, 0) < 0)
 		FAIL("umount %s after sb_pool_destroy: %s", mnt,
