@@ -32,11 +32,13 @@ struct sbi_disk *sbi_disk_get(struct sb_pool *pool, int *err)
 		SBI_LK_RANK(&d->spill_lock, SBI_RANK_LEAF, 0);
 		SBI_LK_RANK(&d->done_lock, SBI_RANK_LEAF, 0);
 		pthread_cond_init(&d->done_cond, NULL);
+		pthread_cond_init(&d->punch_cond, NULL);
 		d->io = sbi_io_create(err);
 		if (!d->io) {
 			pthread_mutex_destroy(&d->spill_lock);
 			pthread_mutex_destroy(&d->done_lock);
 			pthread_cond_destroy(&d->done_cond);
+			pthread_cond_destroy(&d->punch_cond);
 			free(d);
 			d = NULL;
 			goto out;
@@ -75,6 +77,7 @@ void sbi_disk_destroy(struct sb_pool *pool)
 	pthread_mutex_destroy(&d->spill_lock);
 	pthread_mutex_destroy(&d->done_lock);
 	pthread_cond_destroy(&d->done_cond);
+	pthread_cond_destroy(&d->punch_cond);
 	free(d);
 }
 

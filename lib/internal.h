@@ -1170,6 +1170,8 @@ void sbi_io_submit(struct sbi_io_engine *e, struct sbi_io **ios, size_t n);
 /* Nothing but hole punches in flight, and no other request submitted or
  * finished for ms milliseconds. */
 bool sbi_io_quiet(struct sbi_io_engine *e, unsigned ms);
+/* Whether the engine takes hole punches (sbi_io.punch). */
+bool sbi_io_can_punch(const struct sbi_io_engine *e);
 void sbi_io_wait_init(struct sbi_io_wait *w, size_t n);
 bool sbi_io_wait_done(struct sbi_io *io);
 /* Until every request of the batch is done; the first error or 0. */
@@ -1193,7 +1195,11 @@ struct sbi_disk {
 	uint32_t punch_pending;	/* slots set in punch_bits */
 	uint32_t punch_from;	/* no slot below is due */
 	uint32_t punching;	/* slots being punched (set in slot_bits) */
-	bool punch_busy;	/* a punch is in flight */
+	bool punch_busy;	/* a punch is in flight (punch_cond: done) */
+	uint32_t punch_busy_n;	/* of that many slots */
+	bool punch_hold;	/* test hook: punches wait before they start */
+	struct sbi_io *punch_parked;	/* the one waiting */
+	pthread_cond_t punch_cond;
 	bool punch_off;		/* the file system cannot punch holes */
 	bool closing;		/* sbi_disk_destroy: no new punch */
 	uint32_t *slot_crc;

@@ -61,6 +61,8 @@ struct sbi_io_engine {
 	struct sbi_io *free;
 	struct slab *slabs;
 	bool stopping;
+	bool can_punch;		/* hole punches as requests (not on io_uring
+				 * before Linux 5.6) */
 	unsigned punches;	/* hole punches among busy */
 	uint64_t last_ms;	/* another request submitted or finished */
 	int wake_fd;		/* eventfd: completer wake-up */
@@ -213,6 +215,11 @@ void sbi_io_submit(struct sbi_io_engine *e, struct sbi_io **ios, size_t n)
 		pthread_cond_broadcast(&e->work_cond);
 	}
 	pthread_mutex_unlock(&e->lock);
+}
+
+bool sbi_io_can_punch(const struct sbi_io_engine *e)
+{
+	return e->can_punch;
 }
 
 bool sbi_io_quiet(struct sbi_io_engine *e, unsigned ms)
@@ -467,6 +474,15 @@ struct sbi_io_engine *sbi_io_create(int *err)
 	}
 	r = setup_ring(e);
 	e->uring = r == 0;
+	e->can_punch = true;
+	if (e->uring) {
+		struct io_uring_probe *pr = io_uring_get_probe_ring(&e->ring);
+
+		e->can_punch = pr && io_uring_opcode_supported(
+					     pr, IORING_OP_FALLOCATE);
+		if (pr)
+			io_uring_free_probe(pr);
+	}
 	if (e->uring)
 		snprintf(e->name, sizeof(e->name), "io_uring");
 	else

@@ -220,10 +220,10 @@ int sbi_spill_ref(struct sbi_disk *d, uint32_t slot)
 
 static void punch_next(struct sbi_disk *d);
 
-/* The first due slot and the end of the stretch of due slots it starts,
- * at most max long; spill_lock held, punch_pending > 0. */
-static uint32_t due_stretch(const struct sbi_disk *d, uint32_t max,
-			    uint32_t *end)
+/* Take the first stretch of due slots, at most PUNCH_RUN, for a punch:
+ * in use until punched (no write may land in them before), no longer due.
+ * spill_lock held, punch_pending > 0. Returns its start; *end its end. */
+static uint32_t reserve_stretch(struct sbi_disk *d, uint32_t *end)
 {
 	uint32_t s = d->punch_from, e;
 
@@ -235,13 +235,22 @@ static uint32_t due_stretch(const struct sbi_disk *d, uint32_t max,
 			break;
 		}
 	}
-	for (e = s + 1; e < d->slot_hi && e - s < max && punch_due(d, e); e++)
+	for (e = s + 1; e < d->slot_hi && e - s < PUNCH_RUN && punch_due(d, e);
+	     e++)
 		;
+	for (uint32_t t = s; t < e; t++) {
+		set_punch(d, t, false);
+		d->slot_bits[t / 64] |= 1ull << (t % 64);
+	}
+	d->punch_from = e;
+	d->punching += e - s;
 	*end = e;
 	return s;
 }
 
-/* Slots [s, e) punched (res: 0 or -errno): free now. */
+/* Slots [s, e) punched (res: 0 or -errno): free again. A failed punch
+ * leaves them due (tried again at a later tick), except where the file
+ * system cannot punch at all. spill_lock not held. */
 static void punch_finish(struct sbi_disk *d, uint32_t s, uint32_t e, int res)
 {
 	pthread_mutex_lock(&d->spill_lock);
@@ -250,30 +259,48 @@ static void punch_finish(struct sbi_disk *d, uint32_t s, uint32_t e, int res)
 	if (s < d->slot_hint)
 		d->slot_hint = s;
 	d->punching -= e - s;
-	d->punch_busy = false;
-	if (res == -EOPNOTSUPP || res == -ENOSYS || res == -EINVAL) {
+	if (res == -EOPNOTSUPP) {
 		/* This file system keeps its blocks: stop trying. */
 		d->punch_off = true;
 		memset(d->punch_bits, 0, ((size_t)d->slot_hi + 63) / 64 * 8);
 		d->punch_pending = 0;
+	} else if (res < 0) {
+		for (uint32_t t = s; t < e; t++)
+			set_punch(d, t, true);
 	}
 	pthread_mutex_unlock(&d->spill_lock);
 }
 
-/* A punch finished, on the completion thread: the next one starts. */
+/* The punch in flight is over; spill_lock held. */
+static void punch_over(struct sbi_disk *d)
+{
+	d->punch_busy = false;
+	pthread_cond_broadcast(&d->punch_cond);
+}
+
+static void punch_next(struct sbi_disk *d);
+
+/* A punch finished, on the completion thread: the next one starts, unless
+ * this one failed (the next tick tries again). */
 static bool punch_done(struct sbi_io *io)
 {
 	struct sbi_disk *d = io->ctx;
 	uint32_t s = (uint32_t)(io->off >> d->pool->page_shift);
+	int res = (int)(io->res < 0 ? io->res : 0);
 
-	punch_finish(d, s, s + (uint32_t)(io->len >> d->pool->page_shift),
-		     (int)(io->res < 0 ? io->res : 0));
+	punch_finish(d, s, s + (uint32_t)(io->len >> d->pool->page_shift), res);
+	pthread_mutex_lock(&d->spill_lock);
+	punch_over(d);
+	pthread_mutex_unlock(&d->spill_lock);
 	sbi_io_put(d->io, io);
-	punch_next(d);
+	if (res == 0)
+		punch_next(d);
 	return true;
 }
 
-/* Start punching the next stretch of due slots, unless one is in flight. */
+/* Start punching the next stretch of due slots, unless one is in flight or
+ * the disk tier is busy. Never waits: the ready thread calls it holding
+ * pool->lock. */
 static void punch_next(struct sbi_disk *d)
 {
 	size_t ps = d->pool->page_size;
@@ -281,32 +308,24 @@ static void punch_next(struct sbi_disk *d)
 	uint32_t s, e;
 
 	/* Checked first: the engine's lock and this one are both leaves. */
-	if (!sbi_io_quiet(d->io, QUIET_MS))
+	if (!sbi_io_can_punch(d->io) || !sbi_io_quiet(d->io, QUIET_MS))
 		return;
 	pthread_mutex_lock(&d->spill_lock);
 	if (d->punch_busy || !d->punch_pending || d->closing) {
 		pthread_mutex_unlock(&d->spill_lock);
 		return;
 	}
-	s = due_stretch(d, PUNCH_RUN, &e);
-	/* In use until punched: no write may land in them before. */
-	for (uint32_t t = s; t < e; t++) {
-		set_punch(d, t, false);
-		d->slot_bits[t / 64] |= 1ull << (t % 64);
-	}
-	d->punch_from = e;
-	d->punching += e - s;
+	s = reserve_stretch(d, &e);
 	d->punch_busy = true;
+	d->punch_busy_n = e - s;
 	pthread_mutex_unlock(&d->spill_lock);
 
 	io = sbi_io_get(d->io);
-	if (!io) {	/* no request memory: punch here */
-		int r = fallocate(d->spill_fd,
-				  FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-				  (off_t)s * (off_t)ps,
-				  (off_t)(e - s) * (off_t)ps);
-
-		punch_finish(d, s, e, r < 0 ? -errno : 0);
+	if (!io) {	/* no request memory: due again, a later tick */
+		punch_finish(d, s, e, -ENOMEM);
+		pthread_mutex_lock(&d->spill_lock);
+		punch_over(d);
+		pthread_mutex_unlock(&d->spill_lock);
 		return;
 	}
 	io->punch = true;
@@ -315,7 +334,30 @@ static void punch_next(struct sbi_disk *d)
 	io->fd = d->spill_fd;
 	io->off = (uint64_t)s * ps;
 	io->len = (size_t)(e - s) * ps;
-	sbi_io_submit(d->io, &io, 1);
+	pthread_mutex_lock(&d->spill_lock);
+	if (d->punch_hold) {
+		d->punch_parked = io;	/* sbi_test_spill_hold */
+		io = NULL;
+	}
+	pthread_mutex_unlock(&d->spill_lock);
+	if (io)
+		sbi_io_submit(d->io, &io, 1);
+}
+
+/* Test hook: punches stop before they start (hold), or go on. */
+void sbi_test_spill_hold(struct sbi_disk *d, bool hold);
+void sbi_test_spill_hold(struct sbi_disk *d, bool hold)
+{
+	struct sbi_io *io;
+
+	pthread_mutex_lock(&d->spill_lock);
+	d->punch_hold = hold;
+	io = hold ? NULL : d->punch_parked;
+	if (!hold)
+		d->punch_parked = NULL;
+	pthread_mutex_unlock(&d->spill_lock);
+	if (io)
+		sbi_io_submit(d->io, &io, 1);
 }
 
 void sbi_spill_free(struct sbi_disk *d, const uint32_t *slots, size_t n)
@@ -335,6 +377,10 @@ void sbi_spill_free(struct sbi_disk *d, const uint32_t *slots, size_t n)
 		d->slots_used--;
 	}
 	pthread_mutex_unlock(&d->spill_lock);
+	/* An engine that cannot punch (io_uring before Linux 5.6): here, as
+	 * before punches were deferred. */
+	if (!sbi_io_can_punch(d->io))
+		sbi_spill_punch_now(d);
 }
 
 void sbi_spill_punch(struct sbi_disk *d)
@@ -346,25 +392,33 @@ size_t sbi_spill_punch_now(struct sbi_disk *d)
 {
 	size_t ps = d->pool->page_size, punched = 0;
 
-	for (;;) {
+	/* A punch in flight gives its slots back first: wait for it (its
+	 * completion takes no lock a caller may hold). */
+	pthread_mutex_lock(&d->spill_lock);
+	if (d->punch_busy && !d->punch_parked) {
+		punched += d->punch_busy_n;
+		while (d->punch_busy)
+			pthread_cond_wait(&d->punch_cond, &d->spill_lock);
+	}
+	/* Then every due stretch, one punch at a time, the lock let go
+	 * meanwhile (the stretch is reserved). */
+	while (d->punch_pending && !d->punch_off) {
 		uint32_t s, e;
+		int r;
 
-		/* Under the lock from finding the stretch to punching it: a
-		 * slot taken meanwhile would have its new data punched. */
-		pthread_mutex_lock(&d->spill_lock);
-		if (!d->punch_pending) {
-			pthread_mutex_unlock(&d->spill_lock);
-			return punched;
-		}
-		s = due_stretch(d, UINT32_MAX, &e);
-		fallocate(d->spill_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-			  (off_t)s * (off_t)ps, (off_t)(e - s) * (off_t)ps);
-		for (uint32_t t = s; t < e; t++)
-			set_punch(d, t, false);
-		d->punch_from = e;
+		s = reserve_stretch(d, &e);
 		pthread_mutex_unlock(&d->spill_lock);
+		r = fallocate(d->spill_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			      (off_t)s * (off_t)ps, (off_t)(e - s) * (off_t)ps);
+		r = r < 0 ? -errno : 0;
+		punch_finish(d, s, e, r);
+		pthread_mutex_lock(&d->spill_lock);
+		if (r < 0)
+			break;	/* due again; not in a loop here */
 		punched += e - s;
 	}
+	pthread_mutex_unlock(&d->spill_lock);
+	return punched;
 }
 
 void sbi_spill_close(struct sbi_disk *d)

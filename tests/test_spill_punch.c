@@ -13,6 +13,8 @@
  *   - Slots freed and taken again before their punch keep the new data:
  *     a second buffer evicted into them reads back exactly, after the
  *     punches ran (rounds of evict / read back / evict another).
+ *   - A stretch taken for a punch is not handed to an eviction before the
+ *     punch is done (the punch held by a test hook after it took them).
  *   - A pool destroyed with punches due or in flight neither hangs nor
  *     leaks (ASan).
  */
@@ -79,6 +81,26 @@ static void wait_punched(struct sb_pool *p)
 	CHECK_EQ(punching, 0);
 }
 
+void sbi_test_spill_hold(struct sbi_disk *d, bool hold);
+
+/* Until a punch has taken its slots and waits to start (at most 5 s). */
+static bool wait_parked(struct sb_pool *p)
+{
+	struct sbi_disk *d = sbi_disk_peek(p);
+
+	for (int i = 0; i < 500; i++) {
+		bool parked;
+
+		pthread_mutex_lock(&d->spill_lock);
+		parked = d->punch_parked != NULL;
+		pthread_mutex_unlock(&d->spill_lock);
+		if (parked)
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
 static struct sb_buf *filled(struct sb_pool *p, uint64_t tag)
 {
 	int err = 0;
@@ -141,9 +163,25 @@ static int child(const char *name)
 		CHECK_EQ(spill_blocks(p), 0);
 	check(sb_buf_addr(b), NPAGES, 57, __LINE__);
 
+	/* A stretch being punched is not handed to an eviction: the punch
+	 * held after it took its slots (a's, all due), b evicted meanwhile,
+	 * then the punch let go. b's pages must come back intact. */
+	fill(sb_buf_addr(a), NPAGES, 21);
+	fill(sb_buf_addr(b), NPAGES, 22);
+	CHECK_EQ(sb_buf_evict(a, 0, NPAGES * PAGE), NPAGES);
+	CHECK_EQ(sb_buf_prefetch(a, &all, 1, SB_PREFETCH_WAIT), NPAGES);
+	sbi_test_spill_hold(sbi_disk_peek(p), true);
+	CHECK(wait_parked(p));
+	CHECK_EQ(sb_buf_evict(b, 0, NPAGES * PAGE), NPAGES);
+	sbi_test_spill_hold(sbi_disk_peek(p), false);
+	wait_punched(p);
+	check(sb_buf_addr(b), NPAGES, 22, __LINE__);
+	check(sb_buf_addr(a), NPAGES, 21, __LINE__);
+	printf("a stretch being punched was not reused\n");
+
 	/* Destroyed with punches due: no hang, nothing leaks. */
 	CHECK_EQ(sb_buf_evict(a, 0, NPAGES * PAGE), NPAGES);
-	check(sb_buf_addr(a), NPAGES, 17, __LINE__);
+	check(sb_buf_addr(a), NPAGES, 21, __LINE__);
 	usleep(120000);	/* maybe one in flight */
 	sb_buf_destroy(a);
 	sb_buf_destroy(b);
