@@ -12,12 +12,13 @@
  *              sandboxes without io_uring (SPARSEBUF_PAGER=sync forces it).
  *
  * A request reads, writes, or punches a hole (the spill file's freed
- * slots). Either way a request's done() runs on the completion thread. done() may
- * refuse (return false) when it would have to wait for a lock: a thread
- * holding a buffer's lock may be waiting for one of our completions, so
- * this thread never blocks on a buffer lock; refused requests are retried
- * after the next round. Registered buffers are not used: registering a heap
- * pins every page of it, which would defeat the holes the pool punches.
+ * slots). Either way a request's done() runs on the completion thread.
+ * done() may refuse (return false) when it would have to wait for a lock:
+ * a thread holding a buffer's lock may be waiting for one of our
+ * completions, so this thread never blocks on a buffer lock; refused
+ * requests are retried after the next round. Registered buffers are not
+ * used: registering a heap pins every page of it, which would defeat the
+ * holes the pool punches.
  *
  * Request memory comes from mmap'd slabs (never malloc: the fault path
  * submits) and is recycled through a free list.
