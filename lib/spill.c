@@ -278,8 +278,6 @@ static void punch_over(struct sbi_disk *d)
 	pthread_cond_broadcast(&d->punch_cond);
 }
 
-static void punch_next(struct sbi_disk *d);
-
 /* A punch finished, on the completion thread: the next one starts, unless
  * this one failed (the next tick tries again). */
 static bool punch_done(struct sbi_io *io)
