@@ -129,7 +129,7 @@ $(BUILD)/tests/test_shared: tests/test_shared.c $(LIB_SO) tests/harness.h
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) -L$(BUILD)/lib \
 		-Wl,-rpath,$(abspath $(BUILD)/lib) -lsparsebuf -lpthread
 
-$(BUILD)/tests/%: tests/%.c $(LIB_A) $(EXTRA_A) $(RUNNER_OBJ) tests/harness.h $(COMMON_HDR)
+$(BUILD)/tests/%: tests/%.c $(LIB_A) $(EXTRA_A) $(RUNNER_OBJ) tests/harness.h tests/harness_internal.h $(COMMON_HDR)
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -Ilib -Irunner -o $@ $< $(LDFLAGS_ALL) $(RUNNER_OBJ) $(EXTRA_A) $(LIB_A) $(LIBS) -lm

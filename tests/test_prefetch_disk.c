@@ -14,7 +14,7 @@
  * still be the file's.
  */
 #include "harness.h"
-#include "internal.h"
+#include "harness_internal.h"
 
 #include <fcntl.h>
 
@@ -22,16 +22,6 @@
 #define RANGES 1024	/* one-page ranges per call */
 #define ROUNDS 24
 #define FILE_BYTES ((size_t)ROUNDS * RANGES * PAGE)	/* 96 MiB */
-
-static void hold_ready(struct sb_pool *p, bool hold)
-{
-	pthread_mutex_lock(&p->lock);
-	if (hold)
-		p->trimming++;
-	else
-		p->trimming--;
-	pthread_mutex_unlock(&p->lock);
-}
 
 /* Requests queued for the ready thread now. */
 static uint32_t queued(struct sb_pool *p)

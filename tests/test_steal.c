@@ -12,7 +12,7 @@
  * the run's next page stays unprepared.
  */
 #include "harness.h"
-#include "internal.h"
+#include "harness_internal.h"
 
 #define PAGE (256 * KiB)	/* a run is 16 pages */
 #define FLOOR 16	/* ready pages before the ready thread is held */
@@ -21,18 +21,6 @@ static int child(const char *name)
 {
 	(void)name;
 	return 2;
-}
-
-static void hold_ready(struct sb_pool *p, bool hold)
-{
-	pthread_mutex_lock(&p->lock);
-	if (hold)
-		p->trimming++;
-	else
-		p->trimming--;
-	pthread_mutex_unlock(&p->lock);
-	if (hold)
-		usleep(50000);	/* a page it was preparing finishes */
 }
 
 static uint64_t steals(struct sb_pool *p)
