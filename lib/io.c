@@ -363,7 +363,7 @@ static void *completer(void *arg)
 	sbi_thread_internal();
 	for (;;) {
 		struct sbi_io *io, *next, *retry = refused.head;
-		unsigned finished = 0;
+		unsigned finished = 0, punched = 0;
 		bool stop;
 
 		refused.head = refused.tail = NULL;
@@ -371,7 +371,7 @@ static void *completer(void *arg)
 		/* Earlier refusals first: they have waited longest. */
 		for (int pass = 0; pass < 2; pass++) {
 			for (struct sbi_io *p = pass ? io : retry; p; p = next) {
-				bool punch = p->punch;
+				bool punch = p->punch;	/* p may go in done() */
 
 				next = p->next;
 				if (!p->done(p)) {
@@ -379,16 +379,16 @@ static void *completer(void *arg)
 					continue;
 				}
 				finished++;
-				pthread_mutex_lock(&e->lock);
-				if (punch)
-					e->punches--;
-				else
-					e->last_ms = now_ms();
-				pthread_mutex_unlock(&e->lock);
+				punched += punch;
 			}
 		}
 		pthread_mutex_lock(&e->lock);
+		/* Counted for the round: until then a finished request still
+		 * counts as busy, and the engine as not quiet. */
 		e->busy -= finished;
+		e->punches -= punched;
+		if (finished > punched)
+			e->last_ms = now_ms();
 		stop = e->stopping && !e->busy;
 		pthread_mutex_unlock(&e->lock);
 		if (stop)
