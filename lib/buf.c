@@ -180,10 +180,17 @@ SB_API struct sb_buf *sb_buf_create(struct sb_pool *pool, size_t length,
 	return sbi_buf_create(pool, length, flags, NULL, err);
 }
 
+/* The one site of the unmap probe (perf adds one event per name): every
+ * page released (unmap, destroy, share over it) passes here, so perf
+ * counts what stats.unmaps counts. */
+static __attribute__((noinline)) void trace_unmap(struct sb_buf *buf,
+						  size_t i)
+{
+	SBI_TRACE_UNMAP(buf, i);
+}
+
 /* Collect the page references of [first, end) into refs and clear those
- * entries. Returns how many pages were placed. Every page
- * released (unmap, destroy, share over it) passes here: the one site of
- * the unmap probe, so perf counts what stats.unmaps counts. */
+ * entries. Returns how many pages were placed. */
 static __attribute__((noinline)) size_t take_ptes(struct sb_buf *buf,
 						   size_t first, size_t end,
 						   sbi_ptref *refs)
@@ -194,7 +201,7 @@ static __attribute__((noinline)) size_t take_ptes(struct sb_buf *buf,
 		refs[i - first] = sbi_pte_ref(buf->pte[i]);
 		if (!sbi_ptref_none(refs[i - first])) {
 			placed++;
-			SBI_TRACE_UNMAP(buf, i);
+			trace_unmap(buf, i);
 		}
 		buf->pte[i] = 0;
 	}
@@ -258,6 +265,7 @@ SB_API void sb_buf_destroy(struct sb_buf *buf)
 	if (buf->flags & (SB_BUF_EVICTABLE | SBI_BUF_RO))
 		atomic_fetch_sub(&pool->n_evictable, 1);
 	sbi_src_free(buf->src);
+	sbi_home_free(buf);
 	sbi_meta_free(buf->pte, buf->npages * sizeof(*buf->pte));
 	free(buf->ra_off);
 	pthread_mutex_destroy(&buf->lock);
@@ -308,12 +316,43 @@ static bool occupied(uint64_t pte)
 		      SBI_PTE_KEEP);
 }
 
+/* Pages a home mapping (home.c) empties in place, collected. */
+struct home_batch {
+	size_t idx[SBI_HOME_BATCH];
+	size_t n, released;
+};
+
+static void home_flush(struct sb_buf *buf, struct home_batch *hb)
+{
+	sbi_home_release(buf, hb->idx, hb->n);
+	for (size_t k = 0; k < hb->n; k++)
+		trace_unmap(buf, hb->idx[k]);
+	hb->released += hb->n;
+	hb->n = 0;
+}
+
+/* Page i, if home: emptied in place (batched), left as it is if empty
+ * already, emptied by its read in flight when that finishes. false: the
+ * page goes the common way. */
+static bool unmap_home(struct sb_buf *buf, size_t i, struct home_batch *hb)
+{
+	if (sbi_home_empty(buf, i) || sbi_home_cancel(buf, i))
+		return true;
+	if (!sbi_home_placed(buf, i))
+		return false;
+	hb->idx[hb->n++] = i;
+	if (hb->n == SBI_HOME_BATCH)
+		home_flush(buf, hb);
+	return true;
+}
+
 static long unmap(struct sb_buf *buf, size_t off, size_t len)
 {
 	struct sb_pool *pool;
 	struct sbi_span sp;
 	size_t released = 0;
 	sbi_ptref batch[256];
+	struct home_batch hb = {.n = 0, .released = 0};
 	long r;
 
 	if ((r = sbi_check_buf(buf)) < 0)
@@ -330,15 +369,19 @@ static long unmap(struct sb_buf *buf, size_t off, size_t len)
 
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);
-	for (size_t i = sp.first; i < sp.end && r >= 0;) {
-		size_t j = i;
+	for (size_t i = sp.first, next; i < sp.end && r >= 0; i = next) {
+		size_t j = i + 1;
+		bool home_ends = false;
 
-		if (!occupied(buf->pte[i])) {
-			i++;
+		next = i + 1;
+		if (!occupied(buf->pte[i]) || unmap_home(buf, i, &hb))
 			continue;
-		}
-		while (j < sp.end && j - i < 256 && occupied(buf->pte[j]))
+		/* A run of pages that go the common way; a home page ends
+		 * it (and is taken care of). */
+		while (j < sp.end && j - i < 256 && occupied(buf->pte[j]) &&
+		       !(home_ends = unmap_home(buf, j, &hb)))
 			j++;
+		next = home_ends ? j + 1 : j;
 		r = sbi_vma_unplace(buf, i, j - i);
 		if (r < 0)
 			break;
@@ -353,8 +396,10 @@ static long unmap(struct sb_buf *buf, size_t off, size_t len)
 			for (size_t t = i; t < j; t++)
 				buf->pte[t] = SBI_PTE_DISK;
 		sbi_pool_put(pool, batch, j - i);
-		i = j;
 	}
+	if (hb.n)
+		home_flush(buf, &hb);
+	released += hb.released;
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
 	sbi_count(&pool->n_unmaps, released);

@@ -212,6 +212,13 @@ bool sbi_env_recycle(void)
 	return !s || strcmp(s, "0") != 0;
 }
 
+bool sbi_env_home(void)
+{
+	const char *s = getenv("SPARSEBUF_HOME");
+
+	return !s || strcmp(s, "0") != 0;
+}
+
 int sbi_env_touch(void)
 {
 	const char *s = getenv("SPARSEBUF_TOUCH");

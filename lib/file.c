@@ -90,5 +90,11 @@ SB_API struct sb_buf *sb_buf_open_file(struct sb_pool *pool, const char *path,
 		buf->pte[i] = SBI_PTE_DISK;
 	buf->disk_hi = buf->npages;
 	pthread_mutex_unlock(&buf->lock);
+	/* Pages filled and emptied in place, where the pool allows. */
+	r = sbi_home_setup(buf);
+	if (r < 0) {
+		sb_buf_destroy(buf);
+		return fail(err, r);
+	}
 	return buf;
 }

@@ -124,6 +124,7 @@ int sbi_env_daemon_wait_ms(void);
 bool sbi_env_daemon_cache(void);
 /* SPARSEBUF_RECYCLE: false when set to 0 (read at each pool's creation). */
 bool sbi_env_recycle(void);
+bool sbi_env_home(void);
 /* SPARSEBUF_TOUCH: 1 (always), 0 (never) or -1 (unset or auto: when the
  * first access to a mapped page is slow, touch.c). */
 int sbi_env_touch(void);
@@ -446,6 +447,10 @@ struct sb_pool {
 	 * catch a touch of the buffer page it leaves. SPARSEBUF_RECYCLE=0
 	 * turns it off. See evict.c. */
 	bool can_recycle;
+	/* File buffers get home mappings (home.c): SPARSEBUF_HOME, a pool
+	 * of its own heaps, minor faults on shmem (Linux 5.14), pages of
+	 * 64 KiB or less. */
+	bool can_home;
 	/* The ready thread takes placed pages' first access (touch.c):
 	 * SPARSEBUF_TOUCH, or a probe that found it slow. */
 	bool touch_placed;
@@ -648,6 +653,8 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint,
  * another buffer's run: more mappings instead of zeroing on the owner's
  * thread (pool.c, steal_ready). */
 #define SBI_ALLOC_URGENT (1u << 5)
+/* One page, the home page hint names (home.c), EVICTED: it is taken. */
+#define SBI_ALLOC_HOME (1u << 6)
 /* Add / drop one reference to each page (SBI_NOPAGE entries skipped). A
  * page whose last reference goes returns to the pool. */
 void sbi_pool_ref(struct sb_pool *pool, const sbi_ptref *refs, size_t n);
@@ -658,12 +665,19 @@ uint32_t sbi_pool_refs(struct sb_pool *pool, sbi_pid p);
 /* Eviction (plain pids): punch the memory of USED pages, then make them
  * EVICTED; and give EVICTED pages back to the pool (free, unbacked). */
 void sbi_pool_evicted(struct sb_pool *pool, const sbi_pid *pids, size_t n);
+/* The second half of that: pages whose memory the caller punched. */
+void sbi_pool_mark_evicted(struct sb_pool *pool, const sbi_pid *pids,
+			   size_t n);
 void sbi_pool_drop_evicted(struct sb_pool *pool, const sbi_pid *pids,
 			   size_t n);
 /* A page-in copied its data from page `from` (USED, its only holder the
  * caller) into the EVICTED page `kept`: `from`'s memory goes (punched)
  * and the two swap states, so that the counts stay as they were. */
 void sbi_pool_swap_kept(struct sb_pool *pool, sbi_pid from, sbi_pid kept);
+/* Home heaps (home.c): new heaps for npages pages, each page EVICTED (held
+ * for the buffer page that maps it, no memory); slots[] gets the heaps'
+ * slots, one per pages_per_heap pages. 0, or -errno with none added. */
+int sbi_pool_add_home(struct sb_pool *pool, size_t npages, uint32_t *slots);
 /* Mark (or unmark) a USED page as held by a page-in in flight. */
 void sbi_pool_mark_io(struct sb_pool *pool, sbi_pid pid, bool on);
 /* The first free page in state st (READY or DIRTY), heap by heap, whose
@@ -973,6 +987,16 @@ struct sb_buf {
 	/* buf->lock: 1 + the highest page index ever shared in or out (a
 	 * bound for finding pages whose other holders let go). */
 	size_t shared_hi;
+	/* Home mapping (home.c): a file buffer's page i maps, from creation,
+	 * heap page home[i / pages_per_heap] * pages_per_heap + i %
+	 * pages_per_heap, and is filled and emptied there in place. NULL:
+	 * none. home_lost (buf->lock, vma.c): a bit a page whose mapping
+	 * was replaced since, which is home no more; home_cancel (buf->lock):
+	 * a bit a page released while its read was in flight, which the
+	 * read empties again when it finishes (pagein.c). Immutable as
+	 * pointers once set, freed at destroy. */
+	uint32_t *home;
+	uint64_t *home_lost, *home_cancel;
 };
 
 /* Pages [first, end) of a buffer. */
@@ -1047,6 +1071,31 @@ void sbi_grow_cancel(struct sb_buf *buf);
  * pool->lock held; released meanwhile. Returns true if it placed a page. */
 bool sbi_grow_serve(struct sb_pool *pool);
 
+/* ---- home.c: file buffers' pages filled and emptied in place --------------*/
+
+/* Give a new file buffer (every entry DISK, nothing mapped yet) its home
+ * mapping when the pool allows: its pages' entries become DISK | KEEP |
+ * home page. Without one (the pool does not, or no memory), nothing
+ * changes; 0, or -errno when the range could not be put back as it was. */
+int sbi_home_setup(struct sb_buf *buf);
+void sbi_home_free(struct sb_buf *buf);
+/* Page i is home (see home.c); its home page. buf->lock held. */
+bool sbi_home_is(const struct sb_buf *buf, size_t i);
+sbi_pid sbi_home_pid(const struct sb_buf *buf, size_t i);
+/* Home, and empty (nothing placed, no read in flight, no error). */
+bool sbi_home_empty(const struct sb_buf *buf, size_t i);
+/* Home, and its home page placed there, held by this page alone. */
+bool sbi_home_placed(struct sb_buf *buf, size_t i);
+/* Home, and its read in flight into its home page: mark it released (the
+ * read empties it when it finishes), and true; false otherwise. Whether
+ * such a mark was made, cleared. */
+bool sbi_home_cancel(struct sb_buf *buf, size_t i);
+bool sbi_home_cancelled(struct sb_buf *buf, size_t i);
+#define SBI_HOME_BATCH 256
+/* Empty pages idx[0..n) (ascending, each sbi_home_placed, n <=
+ * SBI_HOME_BATCH) in place. The caller fires the probes. */
+void sbi_home_release(struct sb_buf *buf, const size_t *idx, size_t n);
+
 /* ---- vma.c: the address-space operations on a buffer's range ---------------*/
 
 /* Map n pages of heap memory starting at pid over pages [idx, idx+n).
@@ -1059,6 +1108,10 @@ int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
  * in which a write could reach the shared page. */
 int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
 			 sbi_pid pid, int uffd);
+/* Map heap h's pages [0, n) over pages [idx, idx+n), registered MISSING
+ * with the pool's uffd: a new file buffer's home mapping (home.c). */
+int sbi_vma_map_home(struct sb_buf *buf, size_t idx, size_t n,
+		     const struct sbi_heap *h);
 /* Put registered anonymous memory back over [idx, idx+n). */
 int sbi_vma_unplace(struct sb_buf *buf, size_t idx, size_t n);
 /* The same, registered with the given uffd (eviction of a strict
@@ -1156,6 +1209,7 @@ struct sbi_io {
 	bool checked;
 	bool ok;
 	bool refused;		/* counted in buf->io_refused */
+	bool home;		/* into the page's home page (home.c) */
 	int inject;		/* test hook: fail with this -errno */
 };
 
@@ -1170,6 +1224,8 @@ void sbi_io_submit(struct sbi_io_engine *e, struct sbi_io **ios, size_t n);
 /* Nothing but hole punches in flight, and no other request submitted or
  * finished for ms milliseconds. */
 bool sbi_io_quiet(struct sbi_io_engine *e, unsigned ms);
+/* Whether reads or writes are in the engine (punches aside). */
+bool sbi_io_busy(struct sbi_io_engine *e);
 /* Whether the engine takes hole punches (sbi_io.punch). */
 bool sbi_io_can_punch(const struct sbi_io_engine *e);
 void sbi_io_wait_init(struct sbi_io_wait *w, size_t n);

@@ -234,6 +234,16 @@ bool sbi_io_quiet(struct sbi_io_engine *e, unsigned ms)
 	return r;
 }
 
+bool sbi_io_busy(struct sbi_io_engine *e)
+{
+	bool r;
+
+	pthread_mutex_lock(&e->lock);
+	r = e->busy > e->punches;
+	pthread_mutex_unlock(&e->lock);
+	return r;
+}
+
 /* ---- the fallback's workers ---------------------------------------------------- */
 
 static ssize_t do_sync(struct sbi_io *io)

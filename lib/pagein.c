@@ -195,6 +195,15 @@ static long map_in(struct sb_buf *buf, const struct sbi_io *io)
 
 	sbi_count(&pool->n_pages_in, 1);
 	sbi_count(&pool->n_bytes_read, (uint64_t)io->res);
+	/* A home page (home.c) was read into in place: map it there. */
+	if (io->home) {
+		r = sbi_vma_continue(buf, io->idx);
+		if (r == 0)
+			return (long)io->pid;
+		sbi_count(&pool->n_pages_in, (uint64_t)-1);
+		sbi_count(&pool->n_bytes_read, -(uint64_t)io->res);
+		return r;
+	}
 	r = sbi_vma_place(buf, io->idx, 1, io->pid, buf->flags & SBI_BUF_RO);
 	if (r == 0)
 		return (long)io->pid;
@@ -264,7 +273,9 @@ static bool pagein_done(struct sbi_io *io)
 	uint64_t *pte = &buf->pte[io->idx];
 	uint32_t slot1 = sbi_pte_slot1(io->src_pte);
 	sbi_ptref kept = sbi_pte_kept(io->src_pte);
-	bool drop_slot = slot1 != 0, drop_kept = !sbi_ptref_none(kept);
+	/* A home page's read is into the kept page itself. */
+	bool drop_slot = slot1 != 0,
+	     drop_kept = !sbi_ptref_none(kept) && !io->home;
 	bool wake = false;	/* besides a waiter: a poisoned page */
 	long placed;
 
@@ -302,10 +313,24 @@ static bool pagein_done(struct sbi_io *io)
 	if (io->refused)
 		atomic_fetch_sub(&buf->io_refused, 1);
 	sbi_pool_mark_io(pool, io->pid, false);
-	if (*pte != io->pte) {
+	if (io->home && sbi_home_cancelled(buf, io->idx)) {
+		/* Released meanwhile (the entry stayed in flight, so no
+		 * other read of it could start): empty again. */
+		sbi_pool_evicted(pool, &io->pid, 1);
+		*pte = io->src_pte;
+	} else if (*pte != io->pte) {
 		/* Unmapped or destroyed meanwhile: nobody wants the data,
-		 * and what the entry held is ours to give back. */
-		sbi_pool_put1(pool, io->pid);
+		 * and what the entry held is ours to give back. Never a
+		 * page the entry names now (a home page, home.c, placed
+		 * or kept there: an unmap leaves its entry naming it). */
+		bool named = (uint32_t)(*pte & SBI_PTE_PID) == kept.v;
+
+		if (named)
+			drop_kept = false;
+		if (!io->home || !named)
+			sbi_pool_put1(pool, io->pid);
+		else if (*pte & SBI_PTE_KEEP)	/* empty again */
+			sbi_pool_evicted(pool, &io->pid, 1);
 	} else if (io->ok && (placed = map_in(buf, io)) >= 0) {
 		sbi_pid pid = (sbi_pid)placed;
 
@@ -316,7 +341,11 @@ static bool pagein_done(struct sbi_io *io)
 		sbi_rmap_note(buf, io->idx, pid);
 		SBI_TRACE_PAGEIN(buf, io->idx);
 	} else {
-		sbi_pool_put1(pool, io->pid);
+		/* A home page stays its buffer page's, empty again. */
+		if (io->home)
+			sbi_pool_evicted(pool, &io->pid, 1);
+		else
+			sbi_pool_put1(pool, io->pid);
 		sbi_count(&pool->n_sigbus, 1);
 		if (io->ok) {
 			/* Read but not mappable (vm.max_map_count): the data
@@ -367,11 +396,17 @@ int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
 	sbi_pid pid;
 	int r;
 
+	bool home = sbi_home_empty(buf, idx);
+
 	io = sbi_io_get(d->io);
 	if (!io)
 		return -ENOMEM;
+	/* A home page (home.c) is read into in place. */
+	if (home)
+		hint = sbi_ptref_of(sbi_home_pid(buf, idx));
 	r = sbi_alloc(pool, buf, hint, 1, &pid,
-		      SBI_ALLOC_PAGEIN | (nowait ? SBI_ALLOC_NOWAIT : 0) |
+		      (home ? SBI_ALLOC_HOME : 0) | SBI_ALLOC_PAGEIN |
+			      (nowait ? SBI_ALLOC_NOWAIT : 0) |
 			      (first ? SBI_ALLOC_SCATTER : 0),
 		      buf, reg_held);
 	if (r < 0) {
@@ -386,7 +421,10 @@ int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
 	io->pid = pid;
 	io->src_pte = old;
 	io->pte = old | SBI_PTE_INFLIGHT;
-	sbi_pool_mark_io(pool, pid, true);
+	io->home = home;
+	/* (A home page is named by the entry: no mark needed.) */
+	if (!home)
+		sbi_pool_mark_io(pool, pid, true);
 	io->mem = sbi_pid_mem(pool, pid);
 	io->inject = ahead ? 0 : injected_failure();
 	sbi_src_where(buf, idx, old, &io->fd, &io->off, &io->len);
@@ -433,6 +471,7 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 	struct sbi_io *ios[BATCH];
 	size_t n = 0, win = 1, end;
 	uint64_t prev = idx ? buf->pte[idx - 1] : 0;
+	bool retry = false;
 	/* Sequential: the page after the last fault's, or after a page
 	 * placed or being read. Never where the application said it reads
 	 * at random (SB_ADVICE_RANDOM): a neighbour placed there is one it
@@ -478,7 +517,15 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 		r = sbi_pagein_start(buf, j, &ios[n], true, j != idx, j != idx,
 				     j == idx);
 		if (r < 0) {
-			if (j == idx) {
+			if (j == idx && r == -ENOMEM &&
+			    sbi_io_busy(pool->disk->io)) {
+				/* The budget is held by reads in flight
+				 * (prefetches of other threads): their
+				 * pages can go once placed, which may need
+				 * this buffer's lock. The thread touches
+				 * again, and faults anew, once woken. */
+				retry = true;
+			} else if (j == idx) {
 				/* The touched page cannot be read in:
 				 * SIGBUS, as for a zero-fill page. */
 				sbi_sigbus_note(buf, idx, r, "page-in");
@@ -498,6 +545,8 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 	 * flight) completes: its completion must wake it. */
 	if (buf->pte[idx] & SBI_PTE_INFLIGHT)
 		note_waiter(buf, idx);
+	else if (retry)
+		sbi_vma_wake(buf, idx);
 }
 
 static bool any_inflight(struct sb_buf *buf, const struct sbi_span *sp,

@@ -370,6 +370,59 @@ static void wait_busy(struct sb_pool *pool, unsigned flags)
 }
 
 /*
+ * Take the EVICTED page p (a home page, home.c: its buffer page reads into
+ * it) for one holder, under the budget: -EDQUOT when used pages leave no
+ * room. Its memory comes when the read fills it; if the pool holds its
+ * budget's worth of memory already, a free page's memory goes first
+ * (punched, BUSY meanwhile). pool->lock held.
+ */
+static int take_home(struct sb_pool *pool, sbi_pid p, unsigned flags)
+{
+	SBI_HELD(&pool->lock);
+	struct sbi_heap *h = sbi_pid_heap(pool, p);
+	uint32_t i = sbi_pid_index(pool, p);
+
+	/* The lock is let go below: others may take the room meanwhile. */
+	while (pool->used + 1 <= pool->max_pages &&
+	       pool->resident >= pool->max_pages) {
+		struct sbi_heap *fh;
+		sbi_pid f;
+		bool busy;
+
+		/* Used pages leave room, so some free page holds memory,
+		 * or is being given some. */
+		if (!find_backed(pool, &f, &busy, SBI_ALLOC_OVERWRITE)) {
+			if (!busy)
+				return -EDQUOT;	/* never wait for nothing */
+			wait_busy(pool, flags);
+			continue;
+		}
+		fh = sbi_pid_heap(pool, f);
+		sbi_page_unfree(pool, fh, sbi_pid_index(pool, f));
+		fh->state[sbi_pid_index(pool, f)] = SBI_PG_BUSY;
+		fh->nbusy++;
+		pthread_mutex_unlock(&pool->lock);
+		sbi_heap_punch(fh, sbi_pid_index(pool, f), 1, pool->page_size);
+		pthread_mutex_lock(&pool->lock);
+		fh->state[sbi_pid_index(pool, f)] = SBI_PG_UNBACKED;
+		fh->nbusy--;
+		pool->resident--;
+		pool->busy_gen++;
+		pthread_cond_broadcast(&pool->busy_cond);
+	}
+	if (pool->used + 1 > pool->max_pages)
+		return -EDQUOT;
+	h->state[i] = SBI_PG_USED;
+	h->nevicted--;
+	h->nused++;
+	pool->evicted--;
+	pool->used++;
+	pool->resident++;
+	pool->alloc_seq++;
+	return 0;
+}
+
+/*
  * Without a page to continue from (the buffer page before is unplaced),
  * take the next free page of the buffer's current run: scattered
  * placements then claim one run per run_pages pages, not one each.
@@ -611,6 +664,11 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 		r = -EDQUOT;	/* the budget */
 		goto out_unlock;
 	}
+	if (flags & SBI_ALLOC_HOME) {
+		r = take_home(pool, hint, flags);
+		out[0] = hint;
+		goto out_unlock;
+	}
 	steals = pool->steals;
 	for (got = 0; got < n; got++) {
 		/* Continue after the previous page, within its heap. */
@@ -820,6 +878,12 @@ void sbi_pool_evicted(struct sb_pool *pool, const sbi_pid *pids, size_t n)
 	for (size_t k = 0; k < n; k++)
 		sbi_heap_punch(sbi_pid_heap(pool, pids[k]),
 			       sbi_pid_index(pool, pids[k]), 1, pool->page_size);
+	sbi_pool_mark_evicted(pool, pids, n);
+}
+
+void sbi_pool_mark_evicted(struct sb_pool *pool, const sbi_pid *pids,
+			   size_t n)
+{
 	pthread_mutex_lock(&pool->lock);
 	for (size_t k = 0; k < n; k++) {
 		struct sbi_heap *h = sbi_pid_heap(pool, pids[k]);
@@ -878,6 +942,47 @@ void sbi_pool_swap_kept(struct sb_pool *pool, sbi_pid from, sbi_pid kept)
 	pool->evicted--;
 	pool->alloc_seq++;
 	pthread_mutex_unlock(&pool->lock);
+}
+
+/* ---- home heaps (home.c) --------------------------------------------------- */
+
+int sbi_pool_add_home(struct sb_pool *pool, size_t npages, uint32_t *slots)
+{
+	uint32_t pph = pool->pages_per_heap;
+	size_t nheaps = (npages + pph - 1) / pph, k;
+	int err = 0;
+
+	pthread_mutex_lock(&pool->lock);
+	for (k = 0; k < nheaps; k++) {
+		struct sbi_heap *h = sbi_pool_add_heap(pool, &err);
+		uint32_t n = (uint32_t)(npages - k * pph < pph ? npages - k * pph
+							       : pph);
+
+		if (!h)
+			break;
+		/* Each page reserved for the buffer page that maps it: held
+		 * (one reference), no memory, never free for another. */
+		memset(h->state, SBI_PG_EVICTED, n);
+		for (uint32_t i = 0; i < n; i++)
+			h->refs[i] = 1;
+		h->nevicted = n;
+		pool->evicted += n;
+		slots[k] = h->slot;
+	}
+	if (k < nheaps) {
+		/* Given back: empty heaps, which the ready thread lets go. */
+		while (k--) {
+			struct sbi_heap *h = pool->heaps[slots[k]];
+
+			pool->evicted -= h->nevicted;
+			memset(h->state, SBI_PG_UNBACKED, h->nevicted);
+			memset(h->refs, 0, h->nevicted * sizeof(*h->refs));
+			h->nevicted = 0;
+		}
+	}
+	pool->alloc_seq++;
+	pthread_mutex_unlock(&pool->lock);
+	return err;
 }
 
 void sbi_pool_mark_io(struct sb_pool *pool, sbi_pid pid, bool on)

@@ -63,6 +63,16 @@ static void *fixed_map(void *addr, size_t len, int prot, int flags, int fd,
 	return p;
 }
 
+/* Pages [idx, idx+n) get a new mapping: a home page's (home.c) is home no
+ * more. Every replacement of a buffer page's mapping says so here. */
+static void home_lose(struct sb_buf *buf, size_t idx, size_t n)
+{
+	if (!buf->home_lost)
+		return;
+	for (size_t i = idx; i < idx + n; i++)
+		buf->home_lost[i / 64] |= 1ull << (i % 64);
+}
+
 /* An mmap failure, explained: ENOMEM mostly means vm.max_map_count. */
 static int map_error(int e)
 {
@@ -99,9 +109,35 @@ int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
 	/* MAP_POPULATE: the heap page is already allocated and zeroed, so
 	 * this only fills page-table entries, and the caller's first touches
 	 * take no fault. */
+	home_lose(buf, idx, n);
 	p = fixed_map(page_addr(buf, idx), pages_len(buf, n), prot,
 		      MAP_SHARED | MAP_POPULATE, h->fd, sbi_pid_off(pool, pid));
 	return p == MAP_FAILED ? map_error(errno) : 0;
+}
+
+static int buf_prot(const struct sb_buf *buf)
+{
+	return buf->flags & SBI_BUF_RO ? PROT_READ : PROT_READ | PROT_WRITE;
+}
+
+int sbi_vma_map_home(struct sb_buf *buf, size_t idx, size_t n,
+		     const struct sbi_heap *h)
+{
+	SBI_HELD(&buf->lock);
+	SBI_HELD(&buf->pool->layout);
+	char *addr = page_addr(buf, idx);
+	size_t len = pages_len(buf, n);
+
+	/* Nothing can touch the range yet (the buffer is not returned), so
+	 * no page appears in a hole before the registration. MINOR: a page
+	 * being read into (in the memfd, not yet mapped here) faults to the
+	 * handler too, which waits for the read. */
+	if (fixed_map(addr, len, buf_prot(buf), MAP_SHARED, h->fd, 0) ==
+	    MAP_FAILED)
+		return map_error(errno);
+	return sbi_uffd_register(buf->pool->uffd, addr, len,
+				 UFFDIO_REGISTER_MODE_MISSING |
+					 UFFDIO_REGISTER_MODE_MINOR);
 }
 
 /*
@@ -124,11 +160,6 @@ static int anon_over(char *addr, size_t len, int prot)
 	return -1;
 }
 
-static int buf_prot(const struct sb_buf *buf)
-{
-	return buf->flags & SBI_BUF_RO ? PROT_READ : PROT_READ | PROT_WRITE;
-}
-
 int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 {
 	SBI_HELD(&buf->lock);
@@ -141,6 +172,7 @@ int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 	bool sigbus = uffd == buf->pool->uffd_sigbus;
 	int r;
 
+	home_lose(buf, idx, n);
 	if (anon_over(addr, len, sigbus ? PROT_NONE : buf_prot(buf)) < 0)
 		return map_error(errno);
 	r = sbi_uffd_register(uffd, addr, len, UFFDIO_REGISTER_MODE_MISSING);
@@ -319,6 +351,7 @@ int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
 	 * write-protect marker, so the next write faults to the handler. No
 	 * MAP_POPULATE: it would copy every page (a write populate).
 	 */
+	home_lose(buf, idx, n);
 	if (fixed_map(addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE,
 		      sbi_pid_heap(pool, pid)->fd, sbi_pid_off(pool, pid)) ==
 	    MAP_FAILED)
@@ -382,6 +415,7 @@ int sbi_vma_wpfail(struct sb_buf *buf, size_t idx, sbi_pid pid)
 	 * SIGSEGV instead of SIGBUS), and write-protected entries stay so
 	 * when PROT_WRITE comes.
 	 */
+	home_lose(buf, idx, 1);
 	if (fixed_map(addr, len, PROT_READ, MAP_PRIVATE,
 		      sbi_pid_heap(pool, pid)->fd, sbi_pid_off(pool, pid)) ==
 	    MAP_FAILED)

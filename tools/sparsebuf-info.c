@@ -201,6 +201,15 @@ int main(int argc, char **argv)
 			       ? "punched (SPARSEBUF_RECYCLE=0)"
 			       : "recycled for the next page-in (minor faults "
 				 "on shmem)");
+		printf("  file buffers:   %s\n",
+		       !(f.uffd_features & (1ull << 10))	/* MINOR_SHMEM */
+			       ? "pages mapped one by one (no minor faults on "
+				 "shmem before 5.14)"
+		       : getenv("SPARSEBUF_HOME") &&
+				       !strcmp(getenv("SPARSEBUF_HOME"), "0")
+			       ? "pages mapped one by one (SPARSEBUF_HOME=0)"
+			       : "home mappings: pages read in and released in "
+				 "place (pool pages of 64 KiB or less)");
 	}
 	if (f.io_uring == 1)
 		printf("io_uring:         available\n");

@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Home mappings: a file buffer's pages filled and emptied in place, with
+ * no change of mappings.
+ *
+ * A file buffer's pages come and go all the time (LLM in a flash reads and
+ * releases thousands a token). Placing a page the common way replaces its
+ * anonymous mapping with one of a heap page (mmap MAP_FIXED), releasing it
+ * puts anonymous memory back and registers it (mmap, UFFDIO_REGISTER,
+ * MADV_DONTNEED): three to four system calls a page, two of them under the
+ * process's mmap lock for writing, which every other placement, release
+ * and page fault of the process then waits for. With one thread reading
+ * pages in and another releasing them, that lock was the bottleneck.
+ *
+ * So a file buffer, when it is created, gets heaps of its own (home heaps)
+ * and maps them whole, once, registered MISSING and MINOR: page i's home is
+ * page i % pages_per_heap of heap home[i / pages_per_heap], reserved for it
+ * (EVICTED: held, no memory) and empty (a hole in the memfd: a touch is a
+ * missing fault). Then:
+ *   - a page-in takes the home page (under the budget, as any allocation)
+ *     and reads straight into it through the heap's own mapping; a touch
+ *     meanwhile finds the page in the memfd but not mapped here, a minor
+ *     fault, and waits for the read; done, the page is mapped where it is
+ *     (UFFDIO_CONTINUE: mmap lock for reading);
+ *   - a release (unmap, or eviction of the clean page) punches the home
+ *     page (fallocate: no mmap lock at all), which takes its page-table
+ *     entries with it, and reserves it again.
+ * The buffer keeps one mapping per heap, whatever its pages do. The price:
+ * a page read in gets fresh memory (the memfd allocates it, zeroed), where
+ * the common way reads into a page freed earlier, as it is.
+ *
+ * Anything that replaces a page's mapping the common way (sharing its page
+ * into another buffer and then releasing it, a fallback after an error)
+ * marks the page lost (vma.c), and from then on it is placed and released
+ * the common way; its home page goes back to the pool with its last holder
+ * as any page does. A page is home only while it is not lost and its entry
+ * names its home page, placed or kept.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+bool sbi_home_is(const struct sb_buf *buf, size_t i)
+{
+	return buf->home && !(buf->home_lost[i / 64] >> (i % 64) & 1);
+}
+
+sbi_pid sbi_home_pid(const struct sb_buf *buf, size_t i)
+{
+	uint32_t pph = buf->pool->pages_per_heap;
+
+	return buf->home[i / pph] * pph + (sbi_pid)(i % pph);
+}
+
+bool sbi_home_empty(const struct sb_buf *buf, size_t i)
+{
+	SBI_HELD(&buf->lock);
+	return sbi_home_is(buf, i) &&
+	       buf->pte[i] == (SBI_PTE_DISK | SBI_PTE_KEEP |
+			       sbi_pte_placed(sbi_home_pid(buf, i)));
+}
+
+bool sbi_home_placed(struct sb_buf *buf, size_t i)
+{
+	SBI_HELD(&buf->lock);
+	sbi_pid h;
+
+	if (!sbi_home_is(buf, i))
+		return false;
+	h = sbi_home_pid(buf, i);
+	if (buf->pte[i] != sbi_pte_placed(h))
+		return false;
+	/* Never shared out: this page is its only holder. */
+	return i >= buf->shared_hi || sbi_pool_refs(buf->pool, h) == 1;
+}
+
+bool sbi_home_cancel(struct sb_buf *buf, size_t i)
+{
+	SBI_HELD(&buf->lock);
+	if (!sbi_home_is(buf, i) ||
+	    buf->pte[i] != (SBI_PTE_DISK | SBI_PTE_KEEP | SBI_PTE_INFLIGHT |
+			    sbi_pte_placed(sbi_home_pid(buf, i))))
+		return false;
+	buf->home_cancel[i / 64] |= 1ull << (i % 64);
+	return true;
+}
+
+bool sbi_home_cancelled(struct sb_buf *buf, size_t i)
+{
+	SBI_HELD(&buf->lock);
+	uint64_t bit = 1ull << (i % 64);
+
+	if (!buf->home_cancel || !(buf->home_cancel[i / 64] & bit))
+		return false;
+	buf->home_cancel[i / 64] &= ~bit;
+	return true;
+}
+
+/* Each heap holds a file descriptor: home heaps may take at most a quarter
+ * of what the process may open (RLIMIT_NOFILE), and 256 (16 GiB of 64 MiB
+ * heaps); a larger file is mapped the common way (or with larger heaps). */
+static bool fds_to_spare(size_t nheaps)
+{
+	struct rlimit rl;
+
+	if (nheaps > 256)
+		return false;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return false;
+	return rl.rlim_cur == RLIM_INFINITY || nheaps <= rl.rlim_cur / 4;
+}
+
+int sbi_home_setup(struct sb_buf *buf)
+{
+	struct sb_pool *pool = buf->pool;
+	uint32_t pph = pool->pages_per_heap;
+	size_t nheaps = (buf->npages + pph - 1) / pph, k;
+	uint32_t *home;
+	uint64_t *lost, *cancel;
+	int r = 0;
+
+	if (!pool->can_home || !fds_to_spare(nheaps))
+		return 0;
+	home = calloc(nheaps, sizeof(*home));
+	lost = calloc((buf->npages + 63) / 64, sizeof(*lost));
+	cancel = calloc((buf->npages + 63) / 64, sizeof(*cancel));
+	if (!home || !lost || !cancel ||
+	    sbi_pool_add_home(pool, buf->npages, home) < 0) {
+		/* The common way, then. */
+		free(home);
+		free(lost);
+		free(cancel);
+		return 0;
+	}
+	pthread_rwlock_rdlock(&pool->layout);
+	pthread_mutex_lock(&buf->lock);
+	for (k = 0; k < nheaps && r == 0; k++) {
+		size_t first = k * pph;
+		size_t n = buf->npages - first < pph ? buf->npages - first : pph;
+
+		r = sbi_vma_map_home(buf, first, n, pool->heaps[home[k]]);
+	}
+	if (r == 0) {
+		buf->home = home;
+		buf->home_lost = lost;
+		buf->home_cancel = cancel;
+		for (size_t i = 0; i < buf->npages; i++)
+			buf->pte[i] = SBI_PTE_DISK | SBI_PTE_KEEP |
+				      sbi_pte_placed(sbi_home_pid(buf, i));
+	} else {
+		/* vm.max_map_count, most likely: the common layout back
+		 * (one mapping), and the reservations go. */
+		sbi_warn("buffer %u: no home mapping (%s); pages are mapped "
+			 "one by one",
+			 buf->id, strerror(-r));
+		r = sbi_vma_unplace(buf, 0, buf->npages);
+	}
+	pthread_mutex_unlock(&buf->lock);
+	pthread_rwlock_unlock(&pool->layout);
+	if (!buf->home) {
+		sbi_pid pids[256];
+
+		for (size_t i = 0; i < buf->npages;) {
+			size_t n = 0;
+
+			for (; i < buf->npages && n < 256; i++)
+				pids[n++] = home[i / pph] * pph +
+					    (sbi_pid)(i % pph);
+			sbi_pool_drop_evicted(pool, pids, n);
+		}
+		free(home);
+		free(lost);
+		free(cancel);
+	}
+	return r;
+}
+
+void sbi_home_free(struct sb_buf *buf)
+{
+	free(buf->home);
+	free(buf->home_lost);
+	free(buf->home_cancel);
+	buf->home = NULL;
+	buf->home_lost = buf->home_cancel = NULL;
+}
+
+void sbi_home_release(struct sb_buf *buf, const size_t *idx, size_t n)
+{
+	SBI_HELD(&buf->lock);
+	struct sb_pool *pool = buf->pool;
+	sbi_pid pids[SBI_HOME_BATCH];
+
+	if (!n)
+		return;
+	for (size_t k = 0; k < n; k++)
+		pids[k] = sbi_home_pid(buf, idx[k]);
+	/* The memory first (the accounting never shows less than the pool
+	 * holds), a run of neighbours at a time. The punch takes the
+	 * buffer's page-table entries too: a touch from here on is a
+	 * missing fault, which waits for buf->lock, then reads the page in. */
+	for (size_t k = 0, j; k < n; k = j) {
+		for (j = k + 1; j < n && pids[j] == pids[j - 1] + 1 &&
+				sbi_pid_index(pool, pids[j]) != 0;
+		     j++)
+			;
+		sbi_heap_punch(sbi_pid_heap(pool, pids[k]),
+			       sbi_pid_index(pool, pids[k]), (uint32_t)(j - k),
+			       pool->page_size);
+	}
+	sbi_pool_mark_evicted(pool, pids, n);
+	for (size_t k = 0; k < n; k++)
+		buf->pte[idx[k]] = SBI_PTE_DISK | SBI_PTE_KEEP |
+				   sbi_pte_placed(pids[k]);
+	buf->nplaced -= n;
+}

@@ -1,0 +1,330 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Home mappings (lib/home.c): a file buffer's pages read in, released,
+ * dropped by the budget and read again never change its mappings (one per
+ * home heap), and always read as the file's bytes, also while another
+ * thread touches them as they come and go. A page whose mapping had to be
+ * replaced (shared into another buffer, then released) goes the common way
+ * from then on, with the same guarantees. A failed read leaves the page
+ * home, and never zeros. The pool's accounting holds at every step.
+ */
+#include "harness.h"
+#include "harness_internal.h"
+
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+
+#define PAGE (16 * KiB)
+#define HEAP (1 * MiB)			/* 64 pages a heap */
+#define NPAGES 323			/* 6 heaps, the last one part used */
+#define FILE_BYTES ((size_t)NPAGES * PAGE)
+#define SEED 11
+#define BUDGET (128 * PAGE)
+#define BUDGET (128 * PAGE)
+
+void sbi_test_io_fail(int err, unsigned count);
+size_t sbi_test_evicted_pages(struct sb_pool *pool);
+size_t sbi_test_evicted_pages(struct sb_pool *pool);
+
+static const char *make_file(void)
+{
+	static char path[512];
+	char *buf = malloc(FILE_BYTES);
+	int fd;
+
+	CHECK(buf != NULL);
+	disk_fill(buf, FILE_BYTES, SEED);
+	snprintf(path, sizeof(path), "%s/weights.bin", disk_dir());
+	fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+	if (fd < 0)
+		FAIL("create %s: %s", path, strerror(errno));
+	for (size_t done = 0; done < FILE_BYTES;) {
+		ssize_t w = write(fd, buf + done, FILE_BYTES - done);
+
+		if (w <= 0)
+			FAIL("write %s: %s", path, strerror(errno));
+		done += (size_t)w;
+	}
+	CHECK(fsync(fd) == 0);
+	close(fd);
+	free(buf);
+	return path;
+}
+
+/* Page i of the buffer holds the file's bytes (reading it: a fault reads
+ * it in). */
+static bool page_ok(struct sb_buf *b, size_t i)
+{
+	const volatile uint64_t *a = (const volatile uint64_t *)(
+		(const char *)sb_buf_addr(b) + i * PAGE);
+
+	for (size_t w = 0; w < PAGE / 8; w += 61)
+		if (a[w] != disk_word(SEED, i * PAGE / 8 + w))
+			return false;
+	return a[PAGE / 8 - 1] == disk_word(SEED, (i + 1) * PAGE / 8 - 1);
+}
+
+static struct sb_buf *open_weights(struct sb_pool *p, const char *path)
+{
+	int err = 0;
+	struct sb_buf *b = sb_buf_open_file(p, path, 0, FILE_BYTES, 0, &err);
+
+	if (!b)
+		FAIL("sb_buf_open_file: %s", strerror(-err));
+	return b;
+}
+
+static long prefetch_pages(struct sb_buf *b, const size_t *idx, size_t n,
+			   unsigned flags)
+{
+	struct sb_range r[NPAGES];
+
+	for (size_t k = 0; k < n; k++)
+		r[k] = (struct sb_range){idx[k] * PAGE, PAGE};
+	return sb_buf_prefetch(b, r, n, flags);
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/* Rounds of: read in a random seventh of the pages (what stays placed, check them, release a
+ * stays under the budget: no drops), check them, release a random half
+ * of what is placed (in runs, as sbflash's window does). */
+static void cycles(struct sb_buf *b, long maps0, int rounds)
+{
+	struct sb_pool *p = sb_buf_pool(b);
+	uint64_t s = 0x9e3779b97f4a7c15ull;
+	size_t idx[NPAGES];
+
+	for (int round = 0; round < rounds; round++) {
+		size_t n = 0;
+
+		for (size_t i = 0; i < NPAGES; i++)
+			if (rng_next(&s) % 7 == 0)
+				idx[n++] = i;
+		CHECK(prefetch_pages(b, idx, n, SB_PREFETCH_WAIT) >= 0);
+		for (size_t k = 0; k < n; k++) {
+			CHECK_EQ(sb_buf_placed(b, idx[k] * PAGE, PAGE), 1);
+			if (!page_ok(b, idx[k]))
+				FAIL("round %d: page %zu is not the file's",
+				     round, idx[k]);
+		}
+		for (size_t i = 0; i < NPAGES;) {
+			size_t run = 1 + rng_next(&s) % 4;
+
+			if (i + run > NPAGES)
+				run = NPAGES - i;
+
+			if (i + run > NPAGES)
+				run = NPAGES - i;
+
+			if (rng_next(&s) % 2)
+				CHECK(sb_buf_unmap(b, i * PAGE, run * PAGE) >=
+				      0);
+			i += run;
+		}
+		if (maps0 >= 0)
+			CHECK_EQ(maps_in(sb_buf_addr(b), FILE_BYTES), maps0);
+		VERIFY(p);
+	}
+}
+
+/* ---- a reader racing the releases and the reads -------------------------- */
+
+struct racer {
+	struct sb_buf *b;
+	atomic_bool stop;
+	long reads, bad;
+};
+
+static void *race_reader(void *arg)
+{
+	struct racer *r = arg;
+	uint64_t s = 0x2545f4914f6cdd1dull;
+
+	while (!atomic_load(&r->stop)) {
+		size_t i = rng_next(&s) % NPAGES;
+
+		if (!page_ok(r->b, i)) {
+			const volatile uint64_t *a = (const volatile uint64_t *)(
+				(const char *)sb_buf_addr(r->b) + i * PAGE);
+
+			printf("page %zu: first word %llx, the file's %llx\n",
+			       i, (unsigned long long)a[0],
+			       (unsigned long long)disk_word(SEED,
+							     i * PAGE / 8));
+			r->bad++;
+		}
+		r->reads++;
+	}
+	return NULL;
+}
+
+static void race(struct sb_buf *b, long maps0, double seconds)
+{
+	struct racer r = {.b = b, .reads = 0, .bad = 0};
+	uint64_t s = 42;
+	pthread_t th;
+	double t0 = now_s();
+	long unmaps = 0;
+
+	atomic_init(&r.stop, false);
+	pthread_create(&th, NULL, race_reader, &r);
+	while (now_s() - t0 < seconds) {
+		size_t i = rng_next(&s) % NPAGES, run = 1 + rng_next(&s) % 8;
+		size_t idx[8], n = 0;
+
+		if (i + run > NPAGES)
+			run = NPAGES - i;
+		for (size_t k = 0; k < run; k++)
+			idx[n++] = i + k;
+		/* Without waiting: the reader may touch them in flight. */
+		CHECK(prefetch_pages(b, idx, n, 0) >= 0);
+		i = rng_next(&s) % NPAGES;
+		CHECK(sb_buf_unmap(b, i * PAGE, PAGE) >= 0);
+		unmaps++;
+	}
+	atomic_store(&r.stop, true);
+	pthread_join(th, NULL);
+	printf("race: %ld reads, %ld wrong; %ld unmaps\n", r.reads, r.bad,
+	       unmaps);
+	CHECK_EQ(r.bad, 0);
+	CHECK(r.reads > 0);
+	CHECK_EQ(maps_in(sb_buf_addr(b), FILE_BYTES), maps0);
+	sbi_pagein_drain(b);
+	VERIFY(sb_buf_pool(b));
+}
+
+/* ---- a failed read ---------------------------------------------------------- */
+
+static sigjmp_buf jb;
+
+static void on_sigbus(int sig)
+{
+	siglongjmp(jb, sig);
+}
+
+/* 1: the page's bytes, 0: wrong bytes, -1: SIGBUS. */
+static int touch_page(struct sb_buf *b, size_t i)
+{
+	struct sigaction sa = {.sa_handler = on_sigbus}, old;
+	int r;
+
+	sigaction(SIGBUS, &sa, &old);
+	if (sigsetjmp(jb, 1) == 0)
+		r = page_ok(b, i) ? 1 : 0;
+	else
+		r = -1;
+	sigaction(SIGBUS, &old, NULL);
+	return r;
+}
+
+static int child(const char *name)
+{
+	const char *path = make_file();
+	/* A budget of 128 pages: about two fifths of the file. */
+	struct sb_pool *p = disk_pool(PAGE, HEAP, BUDGET);
+	struct sb_buf *b = open_weights(p, path), *dst;
+	const long nheaps = (NPAGES + HEAP / PAGE - 1) / (HEAP / PAGE);
+	struct sb_stats s0, s1;
+	long maps0;
+	int err = 0;
+
+	(void)name;
+	pthread_mutex_lock(&b->lock);
+	if (!b->home) {
+		pthread_mutex_unlock(&b->lock);
+		SKIP("no home mapping (SPARSEBUF_HOME=0, or userfaultfd "
+		     "minor faults on shmem, Linux 5.14, missing)");
+	}
+	for (size_t i = 0; i < NPAGES; i++)
+		CHECK(sbi_home_empty(b, i));
+	pthread_mutex_unlock(&b->lock);
+	/* One mapping per home heap, nothing else. */
+	maps0 = maps_in(sb_buf_addr(b), FILE_BYTES);
+	CHECK_EQ(maps0, nheaps);
+
+	/* 1. Read in, released, read in again: the mappings stay. */
+	s0 = stats(p);
+	cycles(b, maps0, 12);
+	s1 = stats(p);
+	CHECK(s1.pages_in - s0.pages_in > 12 * NPAGES / 10);
+	CHECK(s1.unmaps > s0.unmaps);
+	printf("12 rounds: %llu pages read in, %llu released, %ld mappings\n",
+	       (unsigned long long)(s1.pages_in - s0.pages_in),
+	       (unsigned long long)(s1.unmaps - s0.unmaps), maps0);
+
+	/* 2. Every page touched in turn, three times the budget: the pool
+	 * drops clean pages to make room, in place too. */
+	CHECK_EQ(sb_buf_unmap(b, 0, FILE_BYTES) >= 0, 1);
+	s0 = stats(p);
+	for (size_t i = 0; i < NPAGES; i++) {
+		if (getenv("DBG") && i % 16 == 0) { struct sb_stats t = stats(p); printf("i %zu in %llu res %zu used %zu dropped %llu ev %zu\n", i, (unsigned long long)t.pages_in, t.bytes_resident / PAGE, t.pages_used, (unsigned long long)t.pages_dropped, sbi_test_evicted_pages(p)); fflush(stdout); }
+		if (!page_ok(b, i))
+			FAIL("touched in turn: page %zu is not the file's", i);
+	}
+	s1 = stats(p);
+	CHECK(s1.pages_dropped > s0.pages_dropped);
+	CHECK(s1.bytes_resident <= BUDGET);
+	CHECK_EQ(maps_in(sb_buf_addr(b), FILE_BYTES), maps0);
+	VERIFY(p);
+
+	/* 3. A reader racing reads and releases: never a wrong byte, no
+	 * SIGBUS (the budget all in reads in flight: the fault waits), and
+	 * the mappings stay (a page released with its read in flight is
+	 * emptied when the read finishes). */
+	race(b, maps0, UNDER_TSAN ? 1.0 : 1.5);
+
+	/* 4. A failed read: SIGBUS, the page stays home, then reads fine. */
+	CHECK(sb_buf_unmap(b, 0, FILE_BYTES) >= 0);
+	sbi_test_io_fail(EIO, 1);
+	CHECK_EQ(touch_page(b, 40), -1);
+	CHECK_EQ(stats(p).io_errors >= 1, 1);
+	VERIFY(p);
+	CHECK(sb_buf_unmap(b, 40 * PAGE, PAGE) >= 0);
+	CHECK_EQ(touch_page(b, 40), 1);
+	VERIFY(p);
+
+	/* 5. A page shared into another buffer, then released here: its
+	 * mapping is replaced (the copy in dst keeps the page), and from
+	 * then on it goes the common way, still the file's bytes. */
+	dst = sb_buf_create(p, 4 * PAGE, 0, &err);
+	if (!dst)
+		FAIL("sb_buf_create: %s", strerror(-err));
+	CHECK(touch_page(b, 7) == 1 && touch_page(b, 8) == 1);
+	if (sb_buf_share(dst, 0, b, 7 * PAGE, 2 * PAGE) == 2) {
+		CHECK(sb_buf_unmap(b, 7 * PAGE, 2 * PAGE) >= 0);
+		pthread_mutex_lock(&b->lock);
+		CHECK(!sbi_home_is(b, 7) && !sbi_home_is(b, 8));
+		pthread_mutex_unlock(&b->lock);
+		for (size_t w = 0; w < 2 * PAGE / 8; w++)
+			CHECK_EQ(((const uint64_t *)sb_buf_addr(dst))[w],
+				 disk_word(SEED, 7 * PAGE / 8 + w));
+		VERIFY(p);
+		CHECK_EQ(touch_page(b, 7), 1);
+		CHECK_EQ(touch_page(b, 8), 1);
+		CHECK(sb_buf_unmap(b, 7 * PAGE, 2 * PAGE) >= 0);
+		CHECK_EQ(touch_page(b, 8), 1);
+		cycles(b, -1, 3);
+	}
+	sb_buf_destroy(dst);
+	VERIFY(p);
+
+	/* 6. Gone with the buffer: no page stays reserved. */
+	sb_buf_destroy(b);
+	VERIFY(p);
+	CHECK_EQ(sbi_test_evicted_pages(p), 0);
+	sb_pool_destroy(p);
+	return 0;
+}
+
+static int main_test(void)
+{
+	return run_disk_body(180);
+}
