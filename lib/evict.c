@@ -228,6 +228,13 @@ static long drop_pages(struct sb_buf *buf, const size_t *idx, size_t n)
 	if (no) {
 		r = freeze(buf, other, no);
 		if (r < 0) {
+			/* They stay: back on the clock (the caller puts
+			 * back only what a whole failure kept). */
+			if (nh)
+				for (size_t k = 0; k < no; k++)
+					sbi_rmap_note(buf, other[k],
+						      sbi_pte_page(
+							      buf->pte[other[k]]));
 			sbi_count(&pool->n_dropped, nh);
 			return nh ? (long)nh : r;
 		}

@@ -39,6 +39,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -88,6 +89,13 @@ bool sbi_home_cancel(struct sb_buf *buf, size_t i)
 	return true;
 }
 
+void sbi_home_uncancel(struct sb_buf *buf, size_t i)
+{
+	SBI_HELD(&buf->lock);
+	if (buf->home_cancel)
+		buf->home_cancel[i / 64] &= ~(1ull << (i % 64));
+}
+
 bool sbi_home_cancelled(struct sb_buf *buf, size_t i)
 {
 	SBI_HELD(&buf->lock);
@@ -99,18 +107,28 @@ bool sbi_home_cancelled(struct sb_buf *buf, size_t i)
 	return true;
 }
 
-/* Each heap holds a file descriptor: home heaps may take at most a quarter
- * of what the process may open (RLIMIT_NOFILE), and 256 (16 GiB of 64 MiB
- * heaps); a larger file is mapped the common way (or with larger heaps). */
+/* Each heap holds a file descriptor: the home heaps of all the process's
+ * buffers may take at most a quarter of what it may open (RLIMIT_NOFILE),
+ * and 256 (16 GiB of 64 MiB heaps); a buffer past that is mapped the
+ * common way (larger heaps make room). Counted until the buffer goes. */
+static _Atomic size_t home_heaps;	/* of every buffer of the process */
+
 static bool fds_to_spare(size_t nheaps)
 {
 	struct rlimit rl;
+	size_t cap = 256, had;
 
-	if (nheaps > 256)
-		return false;
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
 		return false;
-	return rl.rlim_cur == RLIM_INFINITY || nheaps <= rl.rlim_cur / 4;
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 4 < cap)
+		cap = rl.rlim_cur / 4;
+	had = atomic_load(&home_heaps);
+	do {
+		if (had + nheaps > cap)
+			return false;
+	} while (!atomic_compare_exchange_weak(&home_heaps, &had,
+					       had + nheaps));
+	return true;
 }
 
 int sbi_home_setup(struct sb_buf *buf)
@@ -124,6 +142,7 @@ int sbi_home_setup(struct sb_buf *buf)
 
 	if (!pool->can_home || !fds_to_spare(nheaps))
 		return 0;
+	buf->home_heaps = nheaps;
 	home = calloc(nheaps, sizeof(*home));
 	lost = calloc((buf->npages + 63) / 64, sizeof(*lost));
 	cancel = calloc((buf->npages + 63) / 64, sizeof(*cancel));
@@ -133,6 +152,7 @@ int sbi_home_setup(struct sb_buf *buf)
 		free(home);
 		free(lost);
 		free(cancel);
+		sbi_home_free(buf);
 		return 0;
 	}
 	pthread_rwlock_rdlock(&pool->layout);
@@ -174,12 +194,15 @@ int sbi_home_setup(struct sb_buf *buf)
 		free(home);
 		free(lost);
 		free(cancel);
+		sbi_home_free(buf);
 	}
 	return r;
 }
 
 void sbi_home_free(struct sb_buf *buf)
 {
+	atomic_fetch_sub(&home_heaps, buf->home_heaps);
+	buf->home_heaps = 0;
 	free(buf->home);
 	free(buf->home_lost);
 	free(buf->home_cancel);

@@ -997,6 +997,7 @@ struct sb_buf {
 	 * pointers once set, freed at destroy. */
 	uint32_t *home;
 	uint64_t *home_lost, *home_cancel;
+	size_t home_heaps;	/* counted against the descriptors (home.c) */
 };
 
 /* Pages [first, end) of a buffer. */
@@ -1091,6 +1092,8 @@ bool sbi_home_placed(struct sb_buf *buf, size_t i);
  * such a mark was made, cleared. */
 bool sbi_home_cancel(struct sb_buf *buf, size_t i);
 bool sbi_home_cancelled(struct sb_buf *buf, size_t i);
+/* A page in flight asked for again: its read places it after all. */
+void sbi_home_uncancel(struct sb_buf *buf, size_t i);
 #define SBI_HOME_BATCH 256
 /* Empty pages idx[0..n) (ascending, each sbi_home_placed, n <=
  * SBI_HOME_BATCH) in place. The caller fires the probes. */
@@ -1109,7 +1112,8 @@ int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
 int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
 			 sbi_pid pid, int uffd);
 /* Map heap h's pages [0, n) over pages [idx, idx+n), registered MISSING
- * with the pool's uffd: a new file buffer's home mapping (home.c). */
+ * and MINOR with the pool's uffd: a new file buffer's home mapping
+ * (home.c). */
 int sbi_vma_map_home(struct sb_buf *buf, size_t idx, size_t n,
 		     const struct sbi_heap *h);
 /* Put registered anonymous memory back over [idx, idx+n). */

@@ -349,8 +349,9 @@ static bool pagein_done(struct sbi_io *io)
 		sbi_count(&pool->n_sigbus, 1);
 		if (io->ok) {
 			/* Read but not mappable (vm.max_map_count): the data
-			 * stays on disk; this touch gets SIGBUS. */
-			*pte = io->src_pte;
+			 * stays on disk; this touch gets SIGBUS (a home
+			 * page's entry says so, as above). */
+			*pte = io->src_pte | (io->home ? SBI_PTE_POISON : 0);
 			drop_slot = drop_kept = false;
 		} else {
 			/* The kept page (if any) stays, poisoned. */
@@ -527,10 +528,15 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 				retry = true;
 			} else if (j == idx) {
 				/* The touched page cannot be read in:
-				 * SIGBUS, as for a zero-fill page. */
+				 * SIGBUS, as for a zero-fill page. A home
+				 * page says so in its entry: its unmap then
+				 * replaces the mapping, and the poison with
+				 * it. */
 				sbi_sigbus_note(buf, idx, r, "page-in");
 				poison(buf, idx,
 				       (buf->pte[idx] & SBI_PTE_KEEP) != 0);
+				if (sbi_home_is(buf, idx))
+					buf->pte[idx] |= SBI_PTE_POISON;
 			}
 			break;	/* readahead is best effort */
 		}
@@ -542,9 +548,12 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 	}
 	sbi_io_submit(pool->disk->io, ios, n);
 	/* This thread sleeps until the read (ours, or one already in
-	 * flight) completes: its completion must wake it. */
-	if (buf->pte[idx] & SBI_PTE_INFLIGHT)
+	 * flight) completes: its completion must wake it, and place the
+	 * page even if an unmap came meanwhile (home.c). */
+	if (buf->pte[idx] & SBI_PTE_INFLIGHT) {
+		sbi_home_uncancel(buf, idx);
 		note_waiter(buf, idx);
+	}
 	else if (retry)
 		sbi_vma_wake(buf, idx);
 }
@@ -591,8 +600,12 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 	pthread_mutex_lock(&buf->lock);
 	for (size_t k = 0; k < nsp && r == 0; k++) {
 		for (size_t i = sp[k].first; i < sp[k].end; i++) {
-			if (!wants_read(buf->pte[i]))
+			if (!wants_read(buf->pte[i])) {
+				/* Asked for again: placed after all. */
+				if (buf->pte[i] & SBI_PTE_INFLIGHT)
+					sbi_home_uncancel(buf, i);
 				continue;
+			}
 			r = sbi_pagein_start(buf, i, &ios[n], true, false,
 					     !wait, i == sp[k].first);
 			if (r < 0)

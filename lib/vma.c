@@ -306,6 +306,9 @@ int sbi_vma_protect(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 	size_t len = pages_len(buf, n);
 	int r;
 
+	/* The registration becomes WP alone: a home page's is not its
+	 * home's any more (MISSING and MINOR gone). */
+	home_lose(buf, idx, n);
 	r = sbi_uffd_register(uffd, addr, len, UFFDIO_REGISTER_MODE_WP);
 	if (r == 0)
 		r = sbi_uffd_wp(uffd, addr, len, true);

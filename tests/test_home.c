@@ -281,17 +281,52 @@ static int child(const char *name)
 	 * emptied when the read finishes). */
 	race(b, maps0, UNDER_TSAN ? 1.0 : 1.5);
 
-	/* 4. A failed read: SIGBUS, the page stays home, then reads fine. */
+	/* 4. A failed read: SIGBUS until unmapped, then the file's bytes
+	 * (the page went the common way). */
 	CHECK(sb_buf_unmap(b, 0, FILE_BYTES) >= 0);
 	sbi_test_io_fail(EIO, 1);
 	CHECK_EQ(touch_page(b, 40), -1);
 	CHECK_EQ(stats(p).io_errors >= 1, 1);
+	CHECK_EQ(touch_page(b, 40), -1);
 	VERIFY(p);
 	CHECK(sb_buf_unmap(b, 40 * PAGE, PAGE) >= 0);
 	CHECK_EQ(touch_page(b, 40), 1);
 	VERIFY(p);
 
-	/* 5. A page shared into another buffer, then released here: its
+	/* 5. A read the budget refuses (all of it held by another buffer):
+	 * SIGBUS; once room is made and the page unmapped, its bytes. */
+	{
+		struct sb_buf *hog = sb_buf_create(p, BUDGET, 0, &err);
+
+		if (!hog)
+			FAIL("sb_buf_create: %s", strerror(-err));
+		CHECK(sb_buf_unmap(b, 0, FILE_BYTES) >= 0);
+		CHECK_EQ(sb_buf_map(hog, 0, BUDGET), (long)(BUDGET / PAGE));
+		CHECK_EQ(touch_page(b, 41), -1);
+		sb_buf_destroy(hog);
+		CHECK_EQ(touch_page(b, 41), -1);
+		CHECK(sb_buf_unmap(b, 41 * PAGE, PAGE) >= 0);
+		CHECK_EQ(touch_page(b, 41), 1);
+		VERIFY(p);
+	}
+
+	/* 6. Released while its read is in flight, then asked for again:
+	 * placed when sb_buf_map returns, and home still. */
+	maps0 = maps_in(sb_buf_addr(b), FILE_BYTES);
+	for (size_t i = 50; i < 60; i++) {
+		size_t one = i;
+
+		CHECK(sb_buf_unmap(b, i * PAGE, PAGE) >= 0);
+		CHECK(prefetch_pages(b, &one, 1, 0) >= 0);
+		CHECK(sb_buf_unmap(b, i * PAGE, PAGE) >= 0);
+		CHECK(sb_buf_map(b, i * PAGE, PAGE) >= 0);
+		CHECK_EQ(sb_buf_placed(b, i * PAGE, PAGE), 1);
+		CHECK_EQ(touch_page(b, i), 1);
+	}
+	CHECK_EQ(maps_in(sb_buf_addr(b), FILE_BYTES), maps0);
+	VERIFY(p);
+
+	/* 7. A page shared into another buffer, then released here: its
 	 * mapping is replaced (the copy in dst keeps the page), and from
 	 * then on it goes the common way, still the file's bytes. */
 	dst = sb_buf_create(p, 4 * PAGE, 0, &err);
@@ -316,7 +351,7 @@ static int child(const char *name)
 	sb_buf_destroy(dst);
 	VERIFY(p);
 
-	/* 6. Gone with the buffer: no page stays reserved. */
+	/* 8. Gone with the buffer: no page stays reserved. */
 	sb_buf_destroy(b);
 	VERIFY(p);
 	CHECK_EQ(sbi_test_evicted_pages(p), 0);
