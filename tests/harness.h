@@ -13,6 +13,7 @@
 #define SPARSEBUF_TEST_HARNESS_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -550,6 +551,34 @@ static inline struct sb_pool *disk_pool_in(size_t page, size_t heap,
 		shown = 1;
 	}
 	return p;
+}
+
+/* A file $SBT_DIR/name of `bytes` bytes of disk_fill(seed), on disk;
+ * returns its path (static storage, one at a time). */
+static inline const char *disk_make_file(const char *name, size_t bytes,
+					 uint64_t seed)
+{
+	static char path[512];
+	char *buf = malloc(bytes);
+	int fd;
+
+	CHECK(buf != NULL);
+	disk_fill(buf, bytes, seed);
+	snprintf(path, sizeof(path), "%s/%s", disk_dir(), name);
+	fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+	if (fd < 0)
+		FAIL("create %s: %s", path, strerror(errno));
+	for (size_t done = 0; done < bytes;) {
+		ssize_t w = write(fd, buf + done, bytes - done);
+
+		if (w <= 0)
+			FAIL("write %s: %s", path, strerror(errno));
+		done += (size_t)w;
+	}
+	CHECK(fsync(fd) == 0);
+	close(fd);
+	free(buf);
+	return path;
 }
 
 /* $SBT_DIR/name (16 slots of static storage, reused in turn). */

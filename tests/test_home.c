@@ -29,27 +29,7 @@ size_t sbi_test_evicted_pages(struct sb_pool *pool);
 
 static const char *make_file(void)
 {
-	static char path[512];
-	char *buf = malloc(FILE_BYTES);
-	int fd;
-
-	CHECK(buf != NULL);
-	disk_fill(buf, FILE_BYTES, SEED);
-	snprintf(path, sizeof(path), "%s/weights.bin", disk_dir());
-	fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-	if (fd < 0)
-		FAIL("create %s: %s", path, strerror(errno));
-	for (size_t done = 0; done < FILE_BYTES;) {
-		ssize_t w = write(fd, buf + done, FILE_BYTES - done);
-
-		if (w <= 0)
-			FAIL("write %s: %s", path, strerror(errno));
-		done += (size_t)w;
-	}
-	CHECK(fsync(fd) == 0);
-	close(fd);
-	free(buf);
-	return path;
+	return disk_make_file("weights.bin", FILE_BYTES, SEED);
 }
 
 /* Page i of the buffer holds the file's bytes (reading it: a fault reads

@@ -36,27 +36,7 @@ static uint32_t queued(struct sb_pool *p)
 
 static const char *make_file(void)
 {
-	static char path[512];
-	char *buf = malloc(FILE_BYTES);
-	int fd;
-
-	CHECK(buf != NULL);
-	disk_fill(buf, FILE_BYTES, 7);
-	snprintf(path, sizeof(path), "%s/model.bin", disk_dir());
-	fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-	if (fd < 0)
-		FAIL("create %s: %s", path, strerror(errno));
-	for (size_t done = 0; done < FILE_BYTES;) {
-		ssize_t w = write(fd, buf + done, FILE_BYTES - done);
-
-		if (w <= 0)
-			FAIL("write %s: %s", path, strerror(errno));
-		done += (size_t)w;
-	}
-	CHECK(fsync(fd) == 0);
-	close(fd);
-	free(buf);
-	return path;
+	return disk_make_file("model.bin", FILE_BYTES, 7);
 }
 
 /* The buffer's page at byte `at` holds the file's bytes. */
