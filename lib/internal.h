@@ -872,7 +872,9 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready);
  * evicted from, registered with the pool's uffd (eviction never replaces a
  * mapping: evict.c says why). The low 32 bits name that page, reserved in
  * state EVICTED with its memory punched (a touch: missing fault), or are 0
- * when the pool recycled it (pool->can_recycle; a touch: minor fault). */
+ * when the pool recycled it (pool->can_recycle; a touch: minor fault). A
+ * home page (home.c) that holds no data is such an entry too, naming its
+ * home page. */
 #define SBI_PTE_KEEP (1ull << 39)
 #define SBI_PTE_SLOT_SHIFT 40
 #define SBI_PTE_SLOT(slot1) ((uint64_t)(slot1) << SBI_PTE_SLOT_SHIFT)

@@ -394,10 +394,9 @@ int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
 	uint64_t old = buf->pte[idx];
 	sbi_ptref hint = idx ? sbi_pte_ref(buf->pte[idx - 1]) : SBI_NOPAGE;
 	struct sbi_io *io;
+	bool home = sbi_home_empty(buf, idx);
 	sbi_pid pid;
 	int r;
-
-	bool home = sbi_home_empty(buf, idx);
 
 	io = sbi_io_get(d->io);
 	if (!io)
