@@ -7,13 +7,17 @@
  * replaced (shared into another buffer, then released) goes the common way
  * from then on, with the same guarantees. A failed read leaves the page
  * home, and never zeros. The pool's accounting holds at every step.
+ * Without descriptors to spare for the home heaps, a buffer is mapped the
+ * common way.
  */
 #include "harness.h"
 #include "harness_internal.h"
 
 #include <fcntl.h>
 #include <setjmp.h>
+#include <dirent.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #define PAGE (16 * KiB)
 #define HEAP (1 * MiB)			/* 64 pages a heap */
@@ -335,6 +339,37 @@ static int child(const char *name)
 	sb_buf_destroy(b);
 	VERIFY(p);
 	CHECK_EQ(sbi_test_evicted_pages(p), 0);
+
+	sb_pool_destroy(p);
+
+	/* 9. Too few descriptors to spare for the home heaps (a quarter of
+	 * RLIMIT_NOFILE): mapped the common way, the same bytes. Heaps of 4
+	 * pages: 81 of them, more than a quarter of the open descriptors
+	 * plus 64. */
+	{
+		struct rlimit old, low;
+		long open_fds = 0;
+		DIR *d = opendir("/proc/self/fd");
+
+		CHECK(d != NULL);
+		while (readdir(d))
+			open_fds++;
+		closedir(d);
+		p = disk_pool(PAGE, 4 * PAGE, BUDGET);
+		CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0);
+		low = old;
+		low.rlim_cur = (rlim_t)open_fds + 64;
+		CHECK(low.rlim_cur / 4 < (NPAGES + 3) / 4);
+		CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+		b = open_weights(p, path);
+		CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0);
+		CHECK(b->home == NULL);
+		cycles(b, -1, 2);
+		printf("without home heaps: %ld mappings after 2 rounds\n",
+		       maps_in(sb_buf_addr(b), FILE_BYTES));
+		sb_buf_destroy(b);
+		VERIFY(p);
+	}
 	sb_pool_destroy(p);
 	return 0;
 }
