@@ -5,10 +5,10 @@
  * home heap), and always read as the file's bytes, also while another
  * thread touches them as they come and go. A page whose mapping had to be
  * replaced (shared into another buffer, then released) goes the common way
- * from then on, with the same guarantees. A failed read leaves the page
- * home, and never zeros. The pool's accounting holds at every step.
- * Without descriptors to spare for the home heaps, a buffer is mapped the
- * common way.
+ * from then on, with the same guarantees; so does a page whose read
+ * failed, once unmapped (SIGBUS until then, never zeros). The pool's
+ * accounting holds at every step. Without descriptors to spare for the
+ * home heaps, a buffer is mapped the common way.
  */
 #include "harness.h"
 #include "harness_internal.h"
