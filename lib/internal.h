@@ -689,6 +689,12 @@ bool sbi_pool_find_free(struct sb_pool *pool, enum sbi_page_state st,
  * pool->lock held. */
 enum sbi_page_state sbi_page_unfree(struct sb_pool *pool, struct sbi_heap *h,
 				    uint32_t i);
+/* A free page taken for work without pool->lock (zeroing, a punch): BUSY
+ * until sbi_page_set_done gives it state st, READY or UNBACKED, and wakes
+ * the threads waiting for busy pages. pool->lock held. */
+void sbi_page_set_busy(struct sb_pool *pool, struct sbi_heap *h, uint32_t i);
+void sbi_page_set_done(struct sb_pool *pool, struct sbi_heap *h, uint32_t i,
+		       enum sbi_page_state st);
 /* Run sites and heaps, for the ready thread; pool->lock held. */
 uint32_t sbi_run_pages(const struct sb_pool *pool);
 bool sbi_pool_find_site(struct sb_pool *pool, uint32_t want,
@@ -1232,6 +1238,15 @@ void sbi_io_submit(struct sbi_io_engine *e, struct sbi_io **ios, size_t n);
 bool sbi_io_quiet(struct sbi_io_engine *e, unsigned ms);
 /* Whether reads or writes are in the engine (punches aside). */
 bool sbi_io_busy(struct sbi_io_engine *e);
+/* For a fault that found the budget held by requests in flight: wake the
+ * thread stopped on [start, start + len) of userfaultfd uffd once one of
+ * the reads or writes in the engine now has finished, rather than let it
+ * fault again at once, over and over. false: none is in flight (or too
+ * many threads wait already); the caller wakes it now. */
+bool sbi_io_wake_later(struct sbi_io_engine *e, int uffd, uintptr_t start,
+		       size_t len);
+/* For tests: wake-ups not yet made. */
+unsigned sbi_io_wakes_pending(struct sbi_io_engine *e);
 /* Whether the engine takes hole punches (sbi_io.punch). */
 bool sbi_io_can_punch(const struct sbi_io_engine *e);
 void sbi_io_wait_init(struct sbi_io_wait *w, size_t n);

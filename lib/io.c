@@ -24,6 +24,7 @@
  * submits) and is recycled through a free list.
  */
 #include "internal.h"
+#include "uffd_compat.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,12 +34,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
 #define RING_DEPTH 256
 #define SLAB_IOS 256
 #define NWORKERS 4
+#define WAKE_LATER 64	/* threads a fault left to wake (sbi_io_wake_later) */
 
 struct slab {
 	struct slab *next;
@@ -67,6 +70,11 @@ struct sbi_io_engine {
 	unsigned punches;	/* hole punches among busy */
 	uint64_t last_ms;	/* another request submitted or finished */
 	int wake_fd;		/* eventfd: completer wake-up */
+	/* Faulting threads to wake when a read or write finishes: what
+	 * keeps them out is memory that requests in flight hold. */
+	struct uffdio_range wake_range[WAKE_LATER];
+	int wake_uffd[WAKE_LATER];
+	unsigned nwake;
 	pthread_t completer;
 	pthread_t workers[NWORKERS];
 	int nworkers;
@@ -234,6 +242,32 @@ bool sbi_io_quiet(struct sbi_io_engine *e, unsigned ms)
 	return r;
 }
 
+bool sbi_io_wake_later(struct sbi_io_engine *e, int uffd, uintptr_t start,
+		       size_t len)
+{
+	bool r;
+
+	pthread_mutex_lock(&e->lock);
+	r = e->busy > e->punches && e->nwake < WAKE_LATER;
+	if (r) {
+		e->wake_range[e->nwake] =
+			(struct uffdio_range){.start = start, .len = len};
+		e->wake_uffd[e->nwake++] = uffd;
+	}
+	pthread_mutex_unlock(&e->lock);
+	return r;
+}
+
+unsigned sbi_io_wakes_pending(struct sbi_io_engine *e)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&e->lock);
+	n = e->nwake;
+	pthread_mutex_unlock(&e->lock);
+	return n;
+}
+
 bool sbi_io_busy(struct sbi_io_engine *e)
 {
 	bool r;
@@ -373,7 +407,9 @@ static void *completer(void *arg)
 	sbi_thread_internal();
 	for (;;) {
 		struct sbi_io *io, *next, *retry = refused.head;
-		unsigned finished = 0, punched = 0;
+		unsigned finished = 0, punched = 0, nwake = 0;
+		struct uffdio_range wake[WAKE_LATER];
+		int wake_uffd[WAKE_LATER];
 		bool stop;
 
 		refused.head = refused.tail = NULL;
@@ -397,10 +433,21 @@ static void *completer(void *arg)
 		 * counts as busy, and the engine as not quiet. */
 		e->busy -= finished;
 		e->punches -= punched;
-		if (finished > punched)
+		if (finished > punched) {
 			e->last_ms = now_ms();
+			/* What a read or write held may be had now. */
+			nwake = e->nwake;
+			memcpy(wake, e->wake_range, nwake * sizeof(wake[0]));
+			memcpy(wake_uffd, e->wake_uffd,
+			       nwake * sizeof(wake_uffd[0]));
+			e->nwake = 0;
+		}
 		stop = e->stopping && !e->busy;
 		pthread_mutex_unlock(&e->lock);
+		/* The thread faults again and tries; a range gone meanwhile
+		 * has nobody to wake. */
+		for (unsigned k = 0; k < nwake; k++)
+			ioctl(wake_uffd[k], UFFDIO_WAKE, &wake[k]);
 		if (stop)
 			break;
 	}

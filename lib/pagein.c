@@ -523,7 +523,8 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 				 * (prefetches of other threads): their
 				 * pages can go once placed, which may need
 				 * this buffer's lock. The thread touches
-				 * again, and faults anew, once woken. */
+				 * again, and faults anew, once woken: when
+				 * one of them has finished. */
 				retry = true;
 			} else if (j == idx) {
 				/* The touched page cannot be read in:
@@ -553,7 +554,11 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 		sbi_home_uncancel(buf, idx);
 		note_waiter(buf, idx);
 	}
-	else if (retry)
+	else if (retry &&
+		 !sbi_io_wake_later(pool->disk->io, pool->uffd,
+				    (uintptr_t)buf->base +
+					    (idx << pool->page_shift),
+				    pool->page_size))
 		sbi_vma_wake(buf, idx);
 }
 

@@ -76,14 +76,31 @@ int sbi_pool_add_foreign(struct sb_pool *pool, struct sbi_heap *h)
 	return 0;
 }
 
+/* Put a heap of the pool's own in a free slot; pool->lock held. 0, or
+ * -ENOMEM when every slot is taken. */
+static int insert_heap(struct sb_pool *pool, struct sbi_heap *h)
+{
+	SBI_HELD(&pool->lock);
+	uint32_t slot = free_slot(pool);
+
+	if (slot == pool->heap_cap)
+		return -ENOMEM;
+	h->slot = slot;
+	h->serial = ++pool->heap_serial;
+	pool->heaps[slot] = h;
+	pool->nheaps++;
+	if (slot == pool->heap_hi)
+		pool->heap_hi++;
+	return 0;
+}
+
 /* Add a heap; pool->lock held. */
 struct sbi_heap *sbi_pool_add_heap(struct sb_pool *pool, int *err)
 {
 	SBI_HELD(&pool->lock);
 	struct sbi_heap *h;
-	uint32_t slot = free_slot(pool);
 
-	if (slot == pool->heap_cap) {
+	if (free_slot(pool) == pool->heap_cap) {
 		*err = -ENOMEM;
 		return NULL;
 	}
@@ -94,12 +111,7 @@ struct sbi_heap *sbi_pool_add_heap(struct sb_pool *pool, int *err)
 			 strerror(-*err));
 		return NULL;
 	}
-	h->slot = slot;
-	h->serial = ++pool->heap_serial;
-	pool->heaps[slot] = h;
-	pool->nheaps++;
-	if (slot == pool->heap_hi)
-		pool->heap_hi++;
+	insert_heap(pool, h);	/* the slot found above is still free */
 	return h;
 }
 
@@ -253,6 +265,30 @@ enum sbi_page_state sbi_page_unfree(struct sb_pool *pool, struct sbi_heap *h,
 	return st;
 }
 
+void sbi_page_set_busy(struct sb_pool *pool, struct sbi_heap *h, uint32_t i)
+{
+	SBI_HELD(&pool->lock);
+	sbi_page_unfree(pool, h, i);
+	h->state[i] = SBI_PG_BUSY;
+	h->nbusy++;
+}
+
+void sbi_page_set_done(struct sb_pool *pool, struct sbi_heap *h, uint32_t i,
+		       enum sbi_page_state st)
+{
+	SBI_HELD(&pool->lock);
+	h->state[i] = (uint8_t)st;
+	h->nbusy--;
+	pool->busy_gen++;
+	if (st == SBI_PG_READY) {
+		h->nready++;
+		pool->ready++;
+	} else {	/* UNBACKED */
+		pool->resident--;
+	}
+	pthread_cond_broadcast(&pool->busy_cond);
+}
+
 /* Take free page i of h for one holder; pool->lock held. */
 static enum prep take_page(struct sb_pool *pool, struct sbi_heap *h,
 			   uint32_t i, unsigned flags)
@@ -398,17 +434,12 @@ static int take_home(struct sb_pool *pool, sbi_pid p, unsigned flags)
 			continue;
 		}
 		fh = sbi_pid_heap(pool, f);
-		sbi_page_unfree(pool, fh, sbi_pid_index(pool, f));
-		fh->state[sbi_pid_index(pool, f)] = SBI_PG_BUSY;
-		fh->nbusy++;
+		sbi_page_set_busy(pool, fh, sbi_pid_index(pool, f));
 		pthread_mutex_unlock(&pool->lock);
 		sbi_heap_punch(fh, sbi_pid_index(pool, f), 1, pool->page_size);
 		pthread_mutex_lock(&pool->lock);
-		fh->state[sbi_pid_index(pool, f)] = SBI_PG_UNBACKED;
-		fh->nbusy--;
-		pool->resident--;
-		pool->busy_gen++;
-		pthread_cond_broadcast(&pool->busy_cond);
+		sbi_page_set_done(pool, fh, sbi_pid_index(pool, f),
+				  SBI_PG_UNBACKED);
 	}
 	if (pool->used + 1 > pool->max_pages)
 		return -EDQUOT;
@@ -949,39 +980,61 @@ void sbi_pool_swap_kept(struct sb_pool *pool, sbi_pid from, sbi_pid kept)
 int sbi_pool_add_home(struct sb_pool *pool, size_t npages, uint32_t *slots)
 {
 	uint32_t pph = pool->pages_per_heap;
-	size_t nheaps = (npages + pph - 1) / pph, k;
+	size_t nheaps = (npages + pph - 1) / pph, k, made;
+	struct sbi_heap **h = calloc(nheaps, sizeof(*h));
 	int err = 0;
 
+	if (!h)
+		return -ENOMEM;
+	/* The memfds and their mappings first, without the pool's lock:
+	 * up to 256 of them, which would hold up every allocation and fault
+	 * of the pool meanwhile. Only the memfd source has home heaps. */
+	for (made = 0; made < nheaps; made++) {
+		h[made] = sbi_heap_create(&pool->source, pool->heap_size,
+					  pool->page_size, pool->numa_node,
+					  &err);
+		if (!h[made]) {
+			sbi_warn("cannot add a heap of %zu bytes: %s",
+				 pool->heap_size, strerror(-err));
+			break;
+		}
+	}
 	pthread_mutex_lock(&pool->lock);
-	for (k = 0; k < nheaps; k++) {
-		struct sbi_heap *h = sbi_pool_add_heap(pool, &err);
+	for (k = 0; k < made && made == nheaps; k++) {
 		uint32_t n = (uint32_t)(npages - k * pph < pph ? npages - k * pph
 							       : pph);
 
-		if (!h)
+		if (insert_heap(pool, h[k]) < 0) {
+			err = -ENOMEM;
 			break;
+		}
 		/* Each page reserved for the buffer page that maps it: held
 		 * (one reference), no memory, never free for another. */
-		memset(h->state, SBI_PG_EVICTED, n);
+		memset(h[k]->state, SBI_PG_EVICTED, n);
 		for (uint32_t i = 0; i < n; i++)
-			h->refs[i] = 1;
-		h->nevicted = n;
+			h[k]->refs[i] = 1;
+		h[k]->nevicted = n;
 		pool->evicted += n;
-		slots[k] = h->slot;
+		slots[k] = h[k]->slot;
+		h[k] = NULL;	/* the pool's */
 	}
 	if (k < nheaps) {
 		/* Given back: empty heaps, which the ready thread lets go. */
 		while (k--) {
-			struct sbi_heap *h = pool->heaps[slots[k]];
+			struct sbi_heap *g = pool->heaps[slots[k]];
 
-			pool->evicted -= h->nevicted;
-			memset(h->state, SBI_PG_UNBACKED, h->nevicted);
-			memset(h->refs, 0, h->nevicted * sizeof(*h->refs));
-			h->nevicted = 0;
+			pool->evicted -= g->nevicted;
+			memset(g->state, SBI_PG_UNBACKED, g->nevicted);
+			memset(g->refs, 0, g->nevicted * sizeof(*g->refs));
+			g->nevicted = 0;
 		}
 	}
 	pool->alloc_seq++;
 	pthread_mutex_unlock(&pool->lock);
+	for (k = 0; k < made; k++)
+		if (h[k])
+			sbi_heap_destroy(&pool->source, h[k], pool->page_size);
+	free(h);
 	return err;
 }
 

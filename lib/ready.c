@@ -53,28 +53,6 @@ static bool ring_pop(struct sbi_ring *q, sbi_pid *p)
 	return true;
 }
 
-static void set_busy(struct sb_pool *pool, struct sbi_heap *h, uint32_t i)
-{
-	sbi_page_unfree(pool, h, i);
-	h->state[i] = SBI_PG_BUSY;
-	h->nbusy++;
-}
-
-static void set_done(struct sb_pool *pool, struct sbi_heap *h, uint32_t i,
-		     enum sbi_page_state st)
-{
-	h->state[i] = (uint8_t)st;
-	h->nbusy--;
-	pool->busy_gen++;
-	if (st == SBI_PG_READY) {
-		h->nready++;
-		pool->ready++;
-	} else {	/* UNBACKED */
-		pool->resident--;
-	}
-	pthread_cond_broadcast(&pool->busy_cond);
-}
-
 /* First free page in state st, any earmark (sbi_pool_find_free). */
 static bool find_state(struct sb_pool *pool, enum sbi_page_state st,
 		       struct sbi_heap **hp, uint32_t *ip)
@@ -94,7 +72,7 @@ static void set_busy_run(struct sb_pool *pool, struct sbi_heap *h, uint32_t i,
 {
 	SBI_HELD(&pool->lock);
 	for (uint32_t k = 0; k < n; k++)
-		set_busy(pool, h, i + k);
+		sbi_page_set_busy(pool, h, i + k);
 }
 
 /* Work on a page the allocator asked for; W_NONE if it needs none. */
@@ -254,11 +232,11 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready)
 		if (!find_state(pool, SBI_PG_DIRTY, &h, &i) &&
 		    !find_state(pool, SBI_PG_READY, &h, &i))
 			break;
-		set_busy(pool, h, i);
+		sbi_page_set_busy(pool, h, i);
 		pthread_mutex_unlock(&pool->lock);
 		sbi_heap_punch(h, i, 1, pool->page_size);
 		pthread_mutex_lock(&pool->lock);
-		set_done(pool, h, i, SBI_PG_UNBACKED);
+		sbi_page_set_done(pool, h, i, SBI_PG_UNBACKED);
 		released++;
 	}
 	if (all_ready)
@@ -449,14 +427,15 @@ void *sbi_ready_thread(void *arg)
 			 * overwritten is not zero either). */
 			sbi_heap_punch(h, i, 1, pool->page_size);
 			pthread_mutex_lock(&pool->lock);
-			set_done(pool, h, i, SBI_PG_UNBACKED);
+			sbi_page_set_done(pool, h, i, SBI_PG_UNBACKED);
 			no_back_until = now_ms() + 1000;
 			continue;
 		}
 		pthread_mutex_lock(&pool->lock);
 		for (uint32_t k = 0; k < n; k++)
-			set_done(pool, h, i + k,
-				 w == W_PUNCH ? SBI_PG_UNBACKED : SBI_PG_READY);
+			sbi_page_set_done(pool, h, i + k,
+					  w == W_PUNCH ? SBI_PG_UNBACKED
+						       : SBI_PG_READY);
 	}
 	pthread_mutex_unlock(&pool->lock);
 	return NULL;

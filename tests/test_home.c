@@ -25,10 +25,8 @@
 #define FILE_BYTES ((size_t)NPAGES * PAGE)
 #define SEED 11
 #define BUDGET (128 * PAGE)
-#define BUDGET (128 * PAGE)
 
 void sbi_test_io_fail(int err, unsigned count);
-size_t sbi_test_evicted_pages(struct sb_pool *pool);
 size_t sbi_test_evicted_pages(struct sb_pool *pool);
 
 static const char *make_file(void)
