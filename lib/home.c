@@ -18,16 +18,19 @@
  * (EVICTED: held, no memory) and empty (a hole in the memfd: a touch is a
  * missing fault). Then:
  *   - a page-in takes the home page (under the budget, as any allocation)
- *     and reads straight into it through the heap's own mapping; a touch
- *     meanwhile finds the page in the memfd but not mapped here, a minor
- *     fault, and waits for the read; done, the page is mapped where it is
- *     (UFFDIO_CONTINUE: mmap lock for reading);
+ *     and reads into one of the disk tier's read buffers, then writes it
+ *     into the home page through the file (pwrite; straight into the page
+ *     through the heap's own mapping when no read buffer is free: disk.c,
+ *     sbi_disk_bounce_get, says why); a touch meanwhile, a missing or a
+ *     minor fault, waits for the read; done, the page is mapped where it
+ *     is (UFFDIO_CONTINUE: mmap lock for reading);
  *   - a release (unmap, or eviction of the clean page) punches the home
  *     page (fallocate: no mmap lock at all), which takes its page-table
  *     entries with it, and reserves it again.
  * The buffer keeps one mapping per heap, whatever its pages do. The price:
- * a page read in gets fresh memory (the memfd allocates it, zeroed), where
- * the common way reads into a page freed earlier, as it is.
+ * a page read in gets fresh memory from the memfd (a write that covers it
+ * leaves it unzeroed), where the common way reads into a page freed
+ * earlier, as it is.
  *
  * Anything that replaces a page's mapping the common way (sharing its page
  * into another buffer and then releasing it, a fallback after an error)

@@ -1222,6 +1222,8 @@ struct sbi_io {
 	bool ok;
 	bool refused;		/* counted in buf->io_refused */
 	bool home;		/* into the page's home page (home.c) */
+	bool bounce;		/* mem is a read buffer (sbi_disk_bounce_get),
+				 * written into the home page once checked */
 	int inject;		/* test hook: fail with this -errno */
 };
 
@@ -1259,6 +1261,14 @@ int sbi_io_wait(struct sbi_io_wait *w);
 struct sbi_disk {
 	struct sb_pool *pool;
 	struct sbi_io_engine *io;
+	/* Read buffers for home page-ins (sbi_disk_bounce_get), made at
+	 * the first: bounce_n slots of the pool's page size, a stack of the
+	 * free ones; bounce_lock a leaf. */
+	pthread_mutex_t bounce_lock;
+	char *bounce;
+	uint32_t *bounce_free;
+	uint32_t bounce_n, bounce_nfree;
+	bool bounce_tried;
 	pthread_mutex_t spill_lock;	/* a leaf: the slots below */
 	int spill_fd;		/* -1 until the first eviction */
 	int spill_err;		/* why the last attempt to make the spill
@@ -1303,6 +1313,10 @@ void sbi_disk_destroy(struct sb_pool *pool);
 size_t sbi_disk_spill_bytes(struct sb_pool *pool);
 /* A page-in finished: wake range waiters. */
 void sbi_disk_signal(struct sbi_disk *d);
+/* A read buffer of the pool's page size (pages of 64 KiB or less), or
+ * NULL when all are in use; sbi_disk_bounce_put gives it back. */
+void *sbi_disk_bounce_get(struct sbi_disk *d);
+void sbi_disk_bounce_put(struct sbi_disk *d, void *p);
 uint64_t sbi_disk_gen(struct sbi_disk *d);
 void sbi_disk_wait_gen(struct sbi_disk *d, uint64_t gen, int timeout_ms);
 

@@ -51,6 +51,18 @@ void sbi_test_io_fail(int err, unsigned count)
 	atomic_store(&test_fail_count, count);
 }
 
+/* Test hook: the next count writes of a read buffer into its home page
+ * stop half way with -err. */
+static _Atomic int test_wfail_err;
+static _Atomic unsigned test_wfail_count;
+
+void sbi_test_bounce_fail(int err, unsigned count);
+void sbi_test_bounce_fail(int err, unsigned count)
+{
+	atomic_store(&test_wfail_err, err);
+	atomic_store(&test_wfail_count, count);
+}
+
 /* Whether the read being started gets the injected failure: decided in
  * the order reads start (the touched page before its readahead). */
 static int injected_failure(void)
@@ -265,6 +277,36 @@ static bool take_waiter(struct sb_buf *buf, size_t idx)
 	return r;
 }
 
+/* A home page read into a read buffer (sbi_disk_bounce_get): into the
+ * heap now, through the file (the memfd allocates the page, unzeroed: the
+ * write covers it). Every way out of pagein_done that does not map the
+ * page punches it again. 0 or -errno. */
+static int bounce_write(struct sb_pool *pool, struct sbi_io *io)
+{
+	struct sbi_heap *h = sbi_pid_heap(pool, io->pid);
+	off_t off = (off_t)((size_t)sbi_pid_index(pool, io->pid) *
+			    pool->page_size);
+	size_t done = 0, len = pool->page_size;
+	unsigned fail = atomic_load(&test_wfail_count);
+
+	while (fail && !atomic_compare_exchange_weak(&test_wfail_count, &fail,
+						     fail - 1))
+		;
+	if (fail)
+		len /= 2;
+	while (done < len) {
+		ssize_t w = pwrite(h->fd, (char *)io->mem + done, len - done,
+				   off + (off_t)done);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		done += (size_t)w;
+	}
+	return fail ? -atomic_load(&test_wfail_err) : 0;
+}
+
 static bool pagein_done(struct sbi_io *io)
 {
 	struct sb_buf *buf = io->buf;
@@ -285,10 +327,17 @@ static bool pagein_done(struct sbi_io *io)
 		if (io->inject)
 			io->res = io->inject;
 		r = sbi_src_check(buf, io->idx, io->src_pte, io->mem, io->res);
+		if (r == 0 && io->bounce)
+			r = bounce_write(pool, io);
 		io->ok = r == 0;
 		io->checked = true;
-		/* Read into (and checked through) the pool side. */
-		sbi_pid_unmap_pool(pool, io->pid);
+		if (io->bounce) {
+			sbi_disk_bounce_put(d, io->mem);
+			io->mem = NULL;
+		} else {
+			/* Read into (and checked through) the pool side. */
+			sbi_pid_unmap_pool(pool, io->pid);
+		}
 		if (r < 0) {
 			sbi_err("page-in of page %zu of buffer %u: %s", io->idx,
 				buf->id,
@@ -425,7 +474,12 @@ int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
 	/* (A home page is named by the entry: no mark needed.) */
 	if (!home)
 		sbi_pool_mark_io(pool, pid, true);
-	io->mem = sbi_pid_mem(pool, pid);
+	/* A home page's read goes through a read buffer when one is free
+	 * (bounce_write says why), else straight into the page. */
+	io->mem = home ? sbi_disk_bounce_get(d) : NULL;
+	io->bounce = io->mem != NULL;
+	if (!io->mem)
+		io->mem = sbi_pid_mem(pool, pid);
 	io->inject = ahead ? 0 : injected_failure();
 	sbi_src_where(buf, idx, old, &io->fd, &io->off, &io->len);
 	buf->pte[idx] = io->pte;

@@ -27,7 +27,37 @@
 #define BUDGET (128 * PAGE)
 
 void sbi_test_io_fail(int err, unsigned count);
+void sbi_test_bounce_fail(int err, unsigned count);
 size_t sbi_test_evicted_pages(struct sb_pool *pool);
+
+/* Every read buffer back (none is kept by a read that finished), and at
+ * least one made: home page-ins go through them. */
+static void bounces_back(struct sb_buf *b)
+{
+	struct sbi_disk *d = sbi_disk_peek(b->pool);
+
+	CHECK(d);
+	CHECK(sb_buf_prefetch(b, NULL, 0, SB_PREFETCH_WAIT) >= 0);
+	pthread_mutex_lock(&d->bounce_lock);
+	CHECK(d->bounce_n >= 8);
+	CHECK_EQ(d->bounce_nfree, d->bounce_n);
+	pthread_mutex_unlock(&d->bounce_lock);
+}
+
+/* Whether page i's home page holds memory (data in its memfd). */
+static bool home_backed(struct sb_buf *b, size_t i)
+{
+	struct sb_pool *p = b->pool;
+	sbi_pid h;
+	off_t off, at;
+
+	pthread_mutex_lock(&b->lock);
+	h = sbi_home_pid(b, i);
+	pthread_mutex_unlock(&b->lock);
+	off = (off_t)((size_t)sbi_pid_index(p, h) * PAGE);
+	at = lseek(sbi_pid_heap(p, h)->fd, off, SEEK_DATA);
+	return at >= 0 && at < off + (off_t)PAGE;
+}
 
 static const char *make_file(void)
 {
@@ -247,7 +277,6 @@ static int child(const char *name)
 	CHECK_EQ(sb_buf_unmap(b, 0, FILE_BYTES) >= 0, 1);
 	s0 = stats(p);
 	for (size_t i = 0; i < NPAGES; i++) {
-		if (getenv("DBG") && i % 16 == 0) { struct sb_stats t = stats(p); printf("i %zu in %llu res %zu used %zu dropped %llu ev %zu\n", i, (unsigned long long)t.pages_in, t.bytes_resident / PAGE, t.pages_used, (unsigned long long)t.pages_dropped, sbi_test_evicted_pages(p)); fflush(stdout); }
 		if (!page_ok(b, i))
 			FAIL("touched in turn: page %zu is not the file's", i);
 	}
@@ -262,6 +291,7 @@ static int child(const char *name)
 	 * the mappings stay (a page released with its read in flight is
 	 * emptied when the read finishes). */
 	race(b, maps0, UNDER_TSAN ? 1.0 : 1.5);
+	bounces_back(b);
 
 	/* 4. A failed read: SIGBUS until unmapped, then the file's bytes
 	 * (the page went the common way). */
@@ -273,6 +303,21 @@ static int child(const char *name)
 	VERIFY(p);
 	CHECK(sb_buf_unmap(b, 40 * PAGE, PAGE) >= 0);
 	CHECK_EQ(touch_page(b, 40), 1);
+	VERIFY(p);
+
+	/* 4b. The read is good but its write into the home page stops half
+	 * way: the same, and the half written is punched again. */
+	CHECK(sb_buf_unmap(b, 0, FILE_BYTES) >= 0);
+	bounces_back(b);
+	CHECK(!home_backed(b, 42));
+	sbi_test_bounce_fail(ENOSPC, 1);
+	CHECK_EQ(touch_page(b, 42), -1);
+	CHECK(!home_backed(b, 42));
+	CHECK_EQ(touch_page(b, 42), -1);
+	VERIFY(p);
+	CHECK(sb_buf_unmap(b, 42 * PAGE, PAGE) >= 0);
+	CHECK_EQ(touch_page(b, 42), 1);
+	bounces_back(b);
 	VERIFY(p);
 
 	/* 5. A read the budget refuses (all of it held by another buffer):
