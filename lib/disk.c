@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 struct sbi_disk *sbi_disk_get(struct sb_pool *pool, int *err)
@@ -30,23 +29,26 @@ struct sbi_disk *sbi_disk_get(struct sb_pool *pool, int *err)
 		d->spill_fd = -1;
 		pthread_mutex_init(&d->spill_lock, NULL);
 		pthread_mutex_init(&d->done_lock, NULL);
-		pthread_mutex_init(&d->bounce_lock, NULL);
 		SBI_LK_RANK(&d->spill_lock, SBI_RANK_LEAF, 0);
 		SBI_LK_RANK(&d->done_lock, SBI_RANK_LEAF, 0);
-		SBI_LK_RANK(&d->bounce_lock, SBI_RANK_LEAF, 0);
 		pthread_cond_init(&d->done_cond, NULL);
 		pthread_cond_init(&d->punch_cond, NULL);
 		d->io = sbi_io_create(err);
 		if (!d->io) {
 			pthread_mutex_destroy(&d->spill_lock);
 			pthread_mutex_destroy(&d->done_lock);
-			pthread_mutex_destroy(&d->bounce_lock);
 			pthread_cond_destroy(&d->done_cond);
 			pthread_cond_destroy(&d->punch_cond);
 			free(d);
 			d = NULL;
 			goto out;
 		}
+		/* Read buffers for home page-ins (io.c says why): a ring's
+		 * worth, within 4 MiB. */
+		if (pool->can_home && pool->page_size <= (64u << 10))
+			sbi_io_bounce_init(d->io, pool->page_size,
+					   (unsigned)((4u << 20) /
+						      pool->page_size));
 		sbi_info("disk tier: %s", sbi_io_name(d->io));
 		atomic_store(&pool->disk, d);
 	}
@@ -78,81 +80,11 @@ void sbi_disk_destroy(struct sb_pool *pool)
 	sbi_meta_free(d->punch_bits, (size_t)d->slot_cap / 8 + 8);
 	sbi_meta_free(d->slot_crc, (size_t)d->slot_cap * sizeof(uint32_t));
 	sbi_meta_free(d->slot_extra, (size_t)d->slot_cap * sizeof(uint16_t));
-	if (d->bounce) {
-		munmap(d->bounce, (size_t)d->bounce_n * d->pool->page_size);
-		sbi_meta_free(d->bounce_free,
-			      d->bounce_n * sizeof(*d->bounce_free));
-	}
 	pthread_mutex_destroy(&d->spill_lock);
 	pthread_mutex_destroy(&d->done_lock);
-	pthread_mutex_destroy(&d->bounce_lock);
 	pthread_cond_destroy(&d->done_cond);
 	pthread_cond_destroy(&d->punch_cond);
 	free(d);
-}
-
-/*
- * Read buffers for home page-ins (pagein.c). Read straight into a home
- * page, a page-in faults the page into the heap through the pool's
- * mapping: shmem allocates and zeroes each 4 KiB, the pool side gets
- * page-table entries that must be dropped again (a TLB shootdown), and
- * all of it on the thread that submits. Read into one of these instead
- * and written into the heap by pwrite once checked, the memfd allocates
- * the page without zeroing it (the write covers it) and nothing is
- * mapped on the pool's side. As many as the ring holds, within 4 MiB;
- * made at the first home page-in (the fault path: mmap, no malloc).
- */
-#define BOUNCE_MAX_BYTES (4u << 20)
-#define BOUNCE_MAX 256
-
-static void bounce_make(struct sbi_disk *d)
-{
-	size_t ps = d->pool->page_size;
-	uint32_t n = (uint32_t)(BOUNCE_MAX_BYTES / ps);
-	char *m;
-
-	d->bounce_tried = true;
-	if (n > BOUNCE_MAX)
-		n = BOUNCE_MAX;
-	if (n < 8)
-		return;
-	m = mmap(NULL, (size_t)n * ps, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (m == MAP_FAILED)
-		return;
-	d->bounce_free = sbi_meta_alloc(n * sizeof(*d->bounce_free), false);
-	if (!d->bounce_free) {
-		munmap(m, (size_t)n * ps);
-		return;
-	}
-	madvise(m, (size_t)n * ps, MADV_DONTFORK);
-	for (uint32_t k = 0; k < n; k++)
-		d->bounce_free[k] = n - 1 - k;
-	d->bounce = m;
-	d->bounce_n = d->bounce_nfree = n;
-}
-
-void *sbi_disk_bounce_get(struct sbi_disk *d)
-{
-	void *p = NULL;
-
-	pthread_mutex_lock(&d->bounce_lock);
-	if (!d->bounce_tried)
-		bounce_make(d);
-	if (d->bounce_nfree)
-		p = d->bounce + (size_t)d->bounce_free[--d->bounce_nfree] *
-					d->pool->page_size;
-	pthread_mutex_unlock(&d->bounce_lock);
-	return p;
-}
-
-void sbi_disk_bounce_put(struct sbi_disk *d, void *p)
-{
-	size_t k = (size_t)((char *)p - d->bounce) / d->pool->page_size;
-
-	pthread_mutex_lock(&d->bounce_lock);
-	d->bounce_free[d->bounce_nfree++] = (uint32_t)k;
-	pthread_mutex_unlock(&d->bounce_lock);
 }
 
 void sbi_disk_signal(struct sbi_disk *d)

@@ -1222,8 +1222,12 @@ struct sbi_io {
 	bool ok;
 	bool refused;		/* counted in buf->io_refused */
 	bool home;		/* into the page's home page (home.c) */
-	bool bounce;		/* mem is a read buffer (sbi_disk_bounce_get),
-				 * written into the home page once checked */
+	/* A read may go into one of the engine's read buffers instead of
+	 * mem (sbi_io_bounce_init says why): asked for with may_bounce; the
+	 * engine sets bounce when the read enters the ring, and done() gives
+	 * it back (sbi_io_bounce_put) once it has taken the data. */
+	bool may_bounce;
+	void *bounce;
 	int inject;		/* test hook: fail with this -errno */
 };
 
@@ -1249,6 +1253,14 @@ bool sbi_io_wake_later(struct sbi_io_engine *e, int uffd, uintptr_t start,
 		       size_t len);
 /* For tests: wake-ups not yet made. */
 unsigned sbi_io_wakes_pending(struct sbi_io_engine *e);
+/* Read buffers of size bytes (a page of 64 KiB or less), at most n, for
+ * reads that allow one (sbi_io.may_bounce), given out as reads enter the
+ * ring. 0 or -errno (reads then go straight into their mem). */
+int sbi_io_bounce_init(struct sbi_io_engine *e, size_t size, unsigned n);
+void sbi_io_bounce_put(struct sbi_io_engine *e, struct sbi_io *io);
+/* For tests: read buffers made, and those not given out now. */
+void sbi_io_bounce_count(struct sbi_io_engine *e, unsigned *n,
+			 unsigned *free);
 /* Whether the engine takes hole punches (sbi_io.punch). */
 bool sbi_io_can_punch(const struct sbi_io_engine *e);
 void sbi_io_wait_init(struct sbi_io_wait *w, size_t n);
@@ -1261,14 +1273,6 @@ int sbi_io_wait(struct sbi_io_wait *w);
 struct sbi_disk {
 	struct sb_pool *pool;
 	struct sbi_io_engine *io;
-	/* Read buffers for home page-ins (sbi_disk_bounce_get), made at
-	 * the first: bounce_n slots of the pool's page size, a stack of the
-	 * free ones; bounce_lock a leaf. */
-	pthread_mutex_t bounce_lock;
-	char *bounce;
-	uint32_t *bounce_free;
-	uint32_t bounce_n, bounce_nfree;
-	bool bounce_tried;
 	pthread_mutex_t spill_lock;	/* a leaf: the slots below */
 	int spill_fd;		/* -1 until the first eviction */
 	int spill_err;		/* why the last attempt to make the spill
@@ -1313,10 +1317,7 @@ void sbi_disk_destroy(struct sb_pool *pool);
 size_t sbi_disk_spill_bytes(struct sb_pool *pool);
 /* A page-in finished: wake range waiters. */
 void sbi_disk_signal(struct sbi_disk *d);
-/* A read buffer of the pool's page size (pages of 64 KiB or less), or
- * NULL when all are in use; sbi_disk_bounce_put gives it back. */
-void *sbi_disk_bounce_get(struct sbi_disk *d);
-void sbi_disk_bounce_put(struct sbi_disk *d, void *p);
+
 uint64_t sbi_disk_gen(struct sbi_disk *d);
 void sbi_disk_wait_gen(struct sbi_disk *d, uint64_t gen, int timeout_ms);
 

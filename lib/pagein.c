@@ -277,10 +277,10 @@ static bool take_waiter(struct sb_buf *buf, size_t idx)
 	return r;
 }
 
-/* A home page read into a read buffer (sbi_disk_bounce_get): into the
- * heap now, through the file (the memfd allocates the page, unzeroed: the
- * write covers it). Every way out of pagein_done that does not map the
- * page punches it again. 0 or -errno. */
+/* A home page read into a read buffer (io.c): into the heap now, through
+ * the file (the memfd allocates the page, unzeroed: the write covers it).
+ * Every way out of pagein_done that does not map the page punches it
+ * again. 0 or -errno. */
 static int bounce_write(struct sb_pool *pool, struct sbi_io *io)
 {
 	struct sbi_heap *h = sbi_pid_heap(pool, io->pid);
@@ -295,8 +295,8 @@ static int bounce_write(struct sb_pool *pool, struct sbi_io *io)
 	if (fail)
 		len /= 2;
 	while (done < len) {
-		ssize_t w = pwrite(h->fd, (char *)io->mem + done, len - done,
-				   off + (off_t)done);
+		ssize_t w = pwrite(h->fd, (char *)io->bounce + done,
+				   len - done, off + (off_t)done);
 
 		if (w < 0 && errno == EINTR)
 			continue;
@@ -326,14 +326,14 @@ static bool pagein_done(struct sbi_io *io)
 
 		if (io->inject)
 			io->res = io->inject;
-		r = sbi_src_check(buf, io->idx, io->src_pte, io->mem, io->res);
+		r = sbi_src_check(buf, io->idx, io->src_pte,
+				  io->bounce ? io->bounce : io->mem, io->res);
 		if (r == 0 && io->bounce)
 			r = bounce_write(pool, io);
 		io->ok = r == 0;
 		io->checked = true;
 		if (io->bounce) {
-			sbi_disk_bounce_put(d, io->mem);
-			io->mem = NULL;
+			sbi_io_bounce_put(d->io, io);
 		} else {
 			/* Read into (and checked through) the pool side. */
 			sbi_pid_unmap_pool(pool, io->pid);
@@ -474,12 +474,10 @@ int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
 	/* (A home page is named by the entry: no mark needed.) */
 	if (!home)
 		sbi_pool_mark_io(pool, pid, true);
+	io->mem = sbi_pid_mem(pool, pid);
 	/* A home page's read goes through a read buffer when one is free
-	 * (bounce_write says why), else straight into the page. */
-	io->mem = home ? sbi_disk_bounce_get(d) : NULL;
-	io->bounce = io->mem != NULL;
-	if (!io->mem)
-		io->mem = sbi_pid_mem(pool, pid);
+	 * (io.c, sbi_io_bounce_init, says why), else straight into it. */
+	io->may_bounce = home;
 	io->inject = ahead ? 0 : injected_failure();
 	sbi_src_where(buf, idx, old, &io->fd, &io->off, &io->len);
 	buf->pte[idx] = io->pte;

@@ -35,13 +35,13 @@ size_t sbi_test_evicted_pages(struct sb_pool *pool);
 static void bounces_back(struct sb_buf *b)
 {
 	struct sbi_disk *d = sbi_disk_peek(b->pool);
+	unsigned n, free;
 
 	CHECK(d);
 	CHECK(sb_buf_prefetch(b, NULL, 0, SB_PREFETCH_WAIT) >= 0);
-	pthread_mutex_lock(&d->bounce_lock);
-	CHECK(d->bounce_n >= 8);
-	CHECK_EQ(d->bounce_nfree, d->bounce_n);
-	pthread_mutex_unlock(&d->bounce_lock);
+	sbi_io_bounce_count(d->io, &n, &free);
+	CHECK(n >= 8);
+	CHECK_EQ(free, n);
 }
 
 /* Whether page i's home page holds memory (data in its memfd). */
