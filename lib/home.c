@@ -20,8 +20,8 @@
  *   - a page-in takes the home page (under the budget, as any allocation)
  *     and reads into one of the disk tier's read buffers, then writes it
  *     into the home page through the file (pwrite; straight into the page
- *     through the heap's own mapping when no read buffer is free: disk.c,
- *     sbi_disk_bounce_get, says why); a touch meanwhile, a missing or a
+ *     through the heap's own mapping when no read buffer is free: io.c,
+ *     sbi_io_bounce_init, says why); a touch meanwhile, a missing or a
  *     minor fault, waits for the read; done, the page is mapped where it
  *     is (UFFDIO_CONTINUE: mmap lock for reading);
  *   - a release (unmap, or eviction of the clean page) punches the home

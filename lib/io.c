@@ -42,7 +42,8 @@
 #define RING_DEPTH 256
 #define SLAB_IOS 256
 #define NWORKERS 4
-/* Read buffers: twice the ring, since a read's buffer comes back only once
+/* Read buffers: up to twice the ring (pages of 8 KiB; fewer for larger
+ * ones, within 4 MiB: disk.c), since a read's buffer comes back only once
  * its done() has run, after the ring has taken more reads. */
 #define BOUNCE_MAX (2 * RING_DEPTH)
 #define WAKE_LATER 64	/* threads a fault left to wake (sbi_io_wake_later) */
@@ -347,6 +348,13 @@ bool sbi_io_wake_later(struct sbi_io_engine *e, int uffd, uintptr_t start,
 	return r;
 }
 
+static void wake_list(struct sbi_io_engine *e, bool locked);
+
+void sbi_io_wake_all(struct sbi_io_engine *e)
+{
+	wake_list(e, false);
+}
+
 unsigned sbi_io_wakes_pending(struct sbi_io_engine *e)
 {
 	unsigned n;
@@ -490,6 +498,27 @@ static struct sbi_io *reap(struct sbi_io_engine *e, int timeout_ms)
 	return got.head;
 }
 
+/* Wake every fault left waiting (sbi_io_wake_later). locked: e->lock
+ * held, and let go. */
+static void wake_list(struct sbi_io_engine *e, bool locked)
+{
+	struct uffdio_range wake[WAKE_LATER];
+	int uffd[WAKE_LATER];
+	unsigned n;
+
+	if (!locked)
+		pthread_mutex_lock(&e->lock);
+	n = e->nwake;
+	memcpy(wake, e->wake_range, n * sizeof(wake[0]));
+	memcpy(uffd, e->wake_uffd, n * sizeof(uffd[0]));
+	e->nwake = 0;
+	pthread_mutex_unlock(&e->lock);
+	/* The thread faults again and tries; a range gone meanwhile has
+	 * nobody to wake. */
+	for (unsigned k = 0; k < n; k++)
+		ioctl(uffd[k], UFFDIO_WAKE, &wake[k]);
+}
+
 static void *completer(void *arg)
 {
 	struct sbi_io_engine *e = arg;
@@ -498,10 +527,8 @@ static void *completer(void *arg)
 	sbi_thread_internal();
 	for (;;) {
 		struct sbi_io *io, *next, *retry = refused.head;
-		unsigned finished = 0, punched = 0, nwake = 0;
-		struct uffdio_range wake[WAKE_LATER];
-		int wake_uffd[WAKE_LATER];
-		bool stop;
+		unsigned finished = 0, punched = 0;
+		bool stop, wake = false;
 
 		refused.head = refused.tail = NULL;
 		io = reap(e, retry ? 1 : -1);
@@ -527,18 +554,13 @@ static void *completer(void *arg)
 		if (finished > punched) {
 			e->last_ms = now_ms();
 			/* What a read or write held may be had now. */
-			nwake = e->nwake;
-			memcpy(wake, e->wake_range, nwake * sizeof(wake[0]));
-			memcpy(wake_uffd, e->wake_uffd,
-			       nwake * sizeof(wake_uffd[0]));
-			e->nwake = 0;
+			wake = e->nwake != 0;
 		}
 		stop = e->stopping && !e->busy;
-		pthread_mutex_unlock(&e->lock);
-		/* The thread faults again and tries; a range gone meanwhile
-		 * has nobody to wake. */
-		for (unsigned k = 0; k < nwake; k++)
-			ioctl(wake_uffd[k], UFFDIO_WAKE, &wake[k]);
+		if (wake)
+			wake_list(e, true);	/* lets e->lock go */
+		else
+			pthread_mutex_unlock(&e->lock);
 		if (stop)
 			break;
 	}

@@ -981,9 +981,12 @@ int sbi_pool_add_home(struct sb_pool *pool, size_t npages, uint32_t *slots)
 {
 	uint32_t pph = pool->pages_per_heap;
 	size_t nheaps = (npages + pph - 1) / pph, k, made;
-	struct sbi_heap **h = calloc(nheaps, sizeof(*h));
+	struct sbi_heap **h;
 	int err = 0;
 
+	if (!nheaps)
+		return 0;
+	h = calloc(nheaps, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
 	/* The memfds and their mappings first, without the pool's lock:

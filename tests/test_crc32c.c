@@ -3,10 +3,10 @@
  * CRC-32C: the fast path (three chains of the crc32 instruction joined at
  * the end, from 12 KiB) gives the table's checksum at every length around
  * its edges (where a third is not a multiple of 8, and the tail), at any
- * alignment, chained through sbi_crc32c_update, for a few lengths in turn
- * (its cache of joining operators) and from several threads at once; and
- * zero bytes skipped (sbi_crc32c_zeros) equal zero bytes read. A known
- * value anchors the table itself.
+ * alignment, chained through sbi_crc32c_update, for many lengths in turn
+ * and from several threads at once; and zero bytes skipped
+ * (sbi_crc32c_zeros) equal zero bytes read, a terabyte of them the same in
+ * one go or two. A known value anchors the table itself.
  */
 #include "harness.h"
 #include "harness_internal.h"
@@ -80,6 +80,9 @@ static int main_test(void)
 		CHECK_EQ(sbi_crc32c_zeros(0, len), sbi_crc32c(zeros, len));
 	CHECK_EQ(sbi_crc32c_zeros(sbi_crc32c(data, 5000), 30000),
 		 sbi_crc32c_update(sbi_crc32c(data, 5000), zeros, 30000));
+	/* A terabyte of holes, in one go or in two. */
+	CHECK_EQ(sbi_crc32c_zeros(0x1234567u, TiB + 3 * GiB + 5),
+		 sbi_crc32c_zeros(sbi_crc32c_zeros(0x1234567u, TiB), 3 * GiB + 5));
 	for (size_t i = 0; i < 4; i++)
 		CHECK(pthread_create(&t[i], NULL, hammer, (void *)(i + 1)) == 0);
 	for (size_t i = 0; i < 4; i++)

@@ -209,7 +209,8 @@ int main(int argc, char **argv)
 				       !strcmp(getenv("SPARSEBUF_HOME"), "0")
 			       ? "pages mapped one by one (SPARSEBUF_HOME=0)"
 			       : "home mappings: pages read in and released in "
-				 "place (pool pages of 64 KiB or less)");
+				 "place (pool pages of 64 KiB or less), "
+				 "through up to 4 MiB of read buffers");
 	}
 	if (f.io_uring == 1)
 		printf("io_uring:         available\n");
