@@ -39,6 +39,21 @@ static void *toucher(void *arg)
 	return NULL;
 }
 
+/* A read of a page from the pipe fd into mem: in flight until the pipe
+ * is written. */
+static void pipe_read(struct sbi_io_engine *e, int fd, void *mem)
+{
+	struct sbi_io *io = sbi_io_get(e);
+
+	CHECK(io);
+	io->fd = fd;
+	io->mem = mem;
+	io->len = PG;
+	io->done = done_cb;
+	sbi_io_submit(e, &io, 1);
+	CHECK(sbi_io_busy(e));
+}
+
 /* Whether a fault message arrives within ms milliseconds (and take it). */
 static bool fault_within(int uffd, int ms)
 {
@@ -66,7 +81,6 @@ static int main_test(void)
 	struct uffdio_register reg;
 	struct uffdio_zeropage zp;
 	struct sbi_io_engine *e;
-	struct sbi_io *io;
 	pthread_t t;
 	void *mem;
 	int uffd, fds[2], err = 0;
@@ -95,14 +109,7 @@ static int main_test(void)
 	/* A read that stays in flight until the pipe is written. */
 	CHECK(pipe(fds) == 0);
 	CHECK(posix_memalign(&mem, PG, PG) == 0);
-	io = sbi_io_get(e);
-	CHECK(io);
-	io->fd = fds[0];
-	io->mem = mem;
-	io->len = PG;
-	io->done = done_cb;
-	sbi_io_submit(e, &io, 1);
-	CHECK(sbi_io_busy(e));
+	pipe_read(e, fds[0], mem);
 
 	CHECK(pthread_create(&t, NULL, toucher, NULL) == 0);
 	CHECK(fault_within(uffd, 5000));
@@ -128,14 +135,8 @@ static int main_test(void)
 	CHECK(!sbi_io_wake_later(e, uffd, (uintptr_t)page, PG));
 
 	/* A full list declines too: the caller wakes. */
-	io = sbi_io_get(e);
-	CHECK(io);
-	io->fd = fds[0];
-	io->mem = mem;
-	io->len = PG;
-	io->done = done_cb;
 	atomic_store(&read_done, 0);
-	sbi_io_submit(e, &io, 1);
+	pipe_read(e, fds[0], mem);
 	{
 		unsigned n = 0;
 
