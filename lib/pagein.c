@@ -283,9 +283,8 @@ static bool take_waiter(struct sb_buf *buf, size_t idx)
  * again. 0 or -errno. */
 static int bounce_write(struct sb_pool *pool, struct sbi_io *io)
 {
-	struct sbi_heap *h = sbi_pid_heap(pool, io->pid);
-	off_t off = (off_t)((size_t)sbi_pid_index(pool, io->pid) *
-			    pool->page_size);
+	int fd = sbi_pid_heap(pool, io->pid)->fd;
+	off_t off = sbi_pid_off(pool, io->pid);
 	size_t done = 0, len = pool->page_size;
 	unsigned fail = atomic_load(&test_wfail_count);
 
@@ -295,8 +294,8 @@ static int bounce_write(struct sb_pool *pool, struct sbi_io *io)
 	if (fail)
 		len /= 2;
 	while (done < len) {
-		ssize_t w = pwrite(h->fd, (char *)io->bounce + done,
-				   len - done, off + (off_t)done);
+		ssize_t w = pwrite(fd, (char *)io->bounce + done, len - done,
+				   off + (off_t)done);
 
 		if (w < 0 && errno == EINTR)
 			continue;
