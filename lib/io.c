@@ -168,7 +168,7 @@ void sbi_io_put(struct sbi_io_engine *e, struct sbi_io *io)
  * shootdown), all on the thread that submits. Read into a buffer of these
  * and then written into the heap through the file (pwrite, by the read's
  * done()), the page is allocated unzeroed (the write covers it) and never
- * mapped on the pool's side: 35-45% less CPU for random 64 KiB page-ins
+ * mapped on the pool's side: 30-38% less CPU for random 64 KiB page-ins
  * (docs/PERFORMANCE.md). Given out as reads enter the ring (reads waiting
  * for a slot hold none); a read that finds none free goes straight into
  * its page, as before.
@@ -259,7 +259,6 @@ static unsigned fill_ring(struct sbi_io_engine *e)
 
 	while (e->pending.head && e->in_ring < RING_DEPTH) {
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
-
 		struct sbi_io *io;
 
 		if (!sqe)
