@@ -1246,14 +1246,12 @@ bool sbi_io_quiet(struct sbi_io_engine *e, unsigned ms);
 bool sbi_io_busy(struct sbi_io_engine *e);
 /* For a fault that found the budget held by requests in flight: wake the
  * thread stopped on [start, start + len) of userfaultfd uffd once one of
- * the reads or writes in the engine now has finished (or within 100 ms:
- * sbi_io_wake_all), rather than let it fault again at once, over and
- * over. false: none is in flight (or too
+ * the reads or writes in the engine now has finished, or a millisecond or
+ * two later (memory freed some other way), rather than let it fault again
+ * at once, over and over. false: none is in flight (or too
  * many threads wait already); the caller wakes it now. */
 bool sbi_io_wake_later(struct sbi_io_engine *e, int uffd, uintptr_t start,
 		       size_t len);
-/* Make them all now (the ready thread, every 100 ms). */
-void sbi_io_wake_all(struct sbi_io_engine *e);
 /* For tests: wake-ups not yet made. */
 unsigned sbi_io_wakes_pending(struct sbi_io_engine *e);
 /* Read buffers of size bytes (a page of 64 KiB or less), at most n, for

@@ -47,6 +47,10 @@
  * its done() has run, after the ring has taken more reads. */
 #define BOUNCE_MAX (2 * RING_DEPTH)
 #define WAKE_LATER 64	/* threads a fault left to wake (sbi_io_wake_later) */
+/* ... woken anyway this long after, read or no read: memory freed some
+ * other way (an unmap, a share ending) lets them retry; at most one retry
+ * a millisecond or two, where a fault woken at once retries without end. */
+#define WAKE_WITHIN_MS 1
 
 struct slab {
 	struct slab *next;
@@ -86,6 +90,7 @@ struct sbi_io_engine {
 	struct uffdio_range wake_range[WAKE_LATER];
 	int wake_uffd[WAKE_LATER];
 	unsigned nwake;
+	uint64_t wake_since_ms;	/* the first of them asked */
 	pthread_t completer;
 	pthread_t workers[NWORKERS];
 	int nworkers;
@@ -339,19 +344,17 @@ bool sbi_io_wake_later(struct sbi_io_engine *e, int uffd, uintptr_t start,
 	pthread_mutex_lock(&e->lock);
 	r = e->busy > e->punches && e->nwake < WAKE_LATER;
 	if (r) {
+		if (!e->nwake)
+			e->wake_since_ms = now_ms();
 		e->wake_range[e->nwake] =
 			(struct uffdio_range){.start = start, .len = len};
 		e->wake_uffd[e->nwake++] = uffd;
 	}
 	pthread_mutex_unlock(&e->lock);
+	/* The completer then looks every millisecond (WAKE_WITHIN_MS). */
+	if (r)
+		wake_completer(e);
 	return r;
-}
-
-static void wake_list(struct sbi_io_engine *e, bool locked);
-
-void sbi_io_wake_all(struct sbi_io_engine *e)
-{
-	wake_list(e, false);
 }
 
 unsigned sbi_io_wakes_pending(struct sbi_io_engine *e)
@@ -497,16 +500,15 @@ static struct sbi_io *reap(struct sbi_io_engine *e, int timeout_ms)
 	return got.head;
 }
 
-/* Wake every fault left waiting (sbi_io_wake_later). locked: e->lock
- * held, and let go. */
-static void wake_list(struct sbi_io_engine *e, bool locked)
+/* Wake every fault left waiting (sbi_io_wake_later); e->lock held, and
+ * let go. */
+static void wake_list(struct sbi_io_engine *e)
 {
+	SBI_HELD(&e->lock);
 	struct uffdio_range wake[WAKE_LATER];
 	int uffd[WAKE_LATER];
 	unsigned n;
 
-	if (!locked)
-		pthread_mutex_lock(&e->lock);
 	n = e->nwake;
 	memcpy(wake, e->wake_range, n * sizeof(wake[0]));
 	memcpy(uffd, e->wake_uffd, n * sizeof(uffd[0]));
@@ -530,7 +532,11 @@ static void *completer(void *arg)
 		bool stop, wake = false;
 
 		refused.head = refused.tail = NULL;
-		io = reap(e, retry ? 1 : -1);
+		pthread_mutex_lock(&e->lock);
+		wake = e->nwake != 0;
+		pthread_mutex_unlock(&e->lock);
+		io = reap(e, retry || wake ? 1 : -1);
+		wake = false;
 		/* Earlier refusals first: they have waited longest. */
 		for (int pass = 0; pass < 2; pass++) {
 			for (struct sbi_io *p = pass ? io : retry; p; p = next) {
@@ -555,9 +561,11 @@ static void *completer(void *arg)
 			/* What a read or write held may be had now. */
 			wake = e->nwake != 0;
 		}
+		if (e->nwake && now_ms() - e->wake_since_ms >= WAKE_WITHIN_MS)
+			wake = true;
 		stop = e->stopping && !e->busy;
 		if (wake)
-			wake_list(e, true);	/* lets e->lock go */
+			wake_list(e);	/* lets e->lock go */
 		else
 			pthread_mutex_unlock(&e->lock);
 		if (stop)

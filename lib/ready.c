@@ -394,14 +394,8 @@ void *sbi_ready_thread(void *arg)
 			 * the disk tier from going (sbi_disk_destroy; tick
 			 * may let the lock go). This never waits. */
 			d = sbi_disk_peek(pool);
-			if (d) {
+			if (d)
 				sbi_spill_punch(d);
-				/* Faults waiting for a read to free memory
-				 * (io.c): memory freed otherwise (an unmap, a
-				 * drop) lets them retry within 100 ms, however
-				 * slow the read. */
-				sbi_io_wake_all(d->io);
-			}
 		}
 		avoid_cpu(pool, &avoided);
 		/* Placements a thread asked for come first: it will touch
