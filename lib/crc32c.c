@@ -32,6 +32,9 @@ static uint32_t crc_table(uint32_t crc, const uint8_t *p, size_t len)
 	return crc;
 }
 
+static uint32_t zeros_reg(uint32_t reg, uint64_t len);
+static void make_x2n(void);
+
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) static uint32_t
 crc_sse42(uint32_t crc, const uint8_t *p, size_t len)
@@ -49,9 +52,6 @@ crc_sse42(uint32_t crc, const uint8_t *p, size_t len)
 		crc = __builtin_ia32_crc32qi(crc, *p);
 	return crc;
 }
-
-static uint32_t zeros_reg(uint32_t reg, uint64_t len);
-static void make_x2n(void);
 
 /*
  * Three chains over the thirds A, B, C of the buffer: A from the register
