@@ -36,6 +36,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
@@ -238,22 +239,43 @@ int sbi_vma_unprotect_nowake(struct sb_buf *buf, size_t idx)
 			    UFFDIO_WRITEPROTECT_MODE_DONTWAKE);
 }
 
+/*
+ * Map page idx from the page cache where its page-table entries are
+ * missing. The kernel's CONTINUE stops at the first 4 KiB entry present:
+ * with none mapped yet it fails (EEXIST), else it succeeds for the part
+ * before it (mapped < len). Entries can be missing from any part of a
+ * page: the kernel drops them one 4 KiB folio at a time (MADV_PAGEOUT,
+ * reclaim, migration), and an application may MADV_DONTNEED a part. A
+ * present entry maps the right page (a shared mapping of the page cache):
+ * step over it. Stopping there instead would leave the thread that
+ * faulted on a later part faulting again for ever.
+ */
 int sbi_vma_continue(struct sb_buf *buf, size_t idx)
 {
-	struct uffdio_continue cont = {
-		.range = {.start = (uintptr_t)page_addr(buf, idx),
-			  .len = pages_len(buf, 1)},
-	};
+	uintptr_t at = (uintptr_t)page_addr(buf, idx);
+	const uintptr_t end = at + pages_len(buf, 1);
+	const size_t step = (size_t)getpagesize();
+	int again = 0;
 
 	SBI_HELD(&buf->lock);
-	for (int tries = 0; tries < 1000; tries++) {
-		if (ioctl(buf->pool->uffd, UFFDIO_CONTINUE, &cont) == 0 ||
-		    errno == EEXIST)
-			return 0;
-		if (errno != EAGAIN)
+	while (at < end) {
+		struct uffdio_continue cont = {
+			.range = {.start = at, .len = end - at},
+		};
+		int r = ioctl(buf->pool->uffd, UFFDIO_CONTINUE, &cont);
+
+		if (r == 0 && cont.mapped > 0) {
+			at += (uintptr_t)cont.mapped;	/* then EEXIST, or done */
+			continue;
+		}
+		if (r == 0 || errno == EEXIST) {
+			at += step;	/* present: already mapped */
+			continue;
+		}
+		if (errno != EAGAIN || ++again == 1000)
 			return -errno;
 	}
-	return -EAGAIN;
+	return 0;
 }
 
 /* A page evicted in place still maps its heap page, punched and registered
@@ -272,8 +294,14 @@ int sbi_vma_copy_in(struct sb_buf *buf, size_t idx, const void *src)
 		copy.src = (uintptr_t)src + done;
 		copy.len = len - done;
 		copy.copy = 0;
-		if (ioctl(buf->pool->uffd, UFFDIO_COPY, &copy) == 0)
-			return 0;
+		/* A success may copy a part only (an entry present after
+		 * it: EEXIST next time). */
+		if (ioctl(buf->pool->uffd, UFFDIO_COPY, &copy) == 0) {
+			done += (size_t)copy.copy;
+			if (done >= len)
+				return 0;
+			continue;
+		}
 		if (errno != EAGAIN)
 			return -errno;
 		if (copy.copy > 0)	/* a part is in: the rest */
@@ -384,9 +412,15 @@ int sbi_vma_poison(struct sb_buf *buf, size_t idx)
 					  .len = len},
 			};
 
-			if (ioctl(pool->uffd, UFFDIO_POISON, &poison) == 0)
+			int r2 = ioctl(pool->uffd, UFFDIO_POISON, &poison);
+
+			if (r2 == 0 && poison.updated == (int64_t)len)
 				return 0;
-			if (errno == EEXIST)	/* a stray zero page */
+			/* An entry present (a stray zero page), at the start
+			 * (EEXIST) or after a part (a success short of len):
+			 * the whole page again, without it (a zap drops the
+			 * markers made too). */
+			if (r2 == 0 || errno == EEXIST)
 				madvise(addr, len, MADV_DONTNEED);
 			else if (errno != EAGAIN)
 				break;

@@ -17,6 +17,7 @@
 #include <setjmp.h>
 #include <dirent.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #define PAGE (16 * KiB)
@@ -352,6 +353,39 @@ static int child(const char *name)
 	}
 	CHECK_EQ(maps_in(sb_buf_addr(b), FILE_BYTES), maps0);
 	VERIFY(p);
+
+	/* 6b. A placed page whose page-table entries went from a part only
+	 * (an application's MADV_DONTNEED over a part; MADV_PAGEOUT and
+	 * reclaim drop them one 4 KiB folio at a time): reading the rest
+	 * maps it. The kernel's CONTINUE stops at the first entry present;
+	 * stopping there too left the reader faulting for ever (SIGALRM,
+	 * which kills the test, after 20 s). */
+	{
+		const size_t sub = (size_t)getpagesize(), nsub = PAGE / sub;
+		char *pg = (char *)sb_buf_addr(b) + 60 * PAGE;
+
+		CHECK_EQ(touch_page(b, 60), 1);
+		alarm(20);
+		for (size_t keep = 0; keep < nsub && nsub > 1; keep++) {
+			/* Drop every 4 KiB part but `keep`, then all but
+			 * the parts before and after it. */
+			CHECK(madvise(pg, PAGE, MADV_DONTNEED) == 0);
+			CHECK_EQ(touch_page(b, 60), 1);
+			for (size_t k = 0; k < nsub; k++)
+				if (k != keep)
+					CHECK(madvise(pg + k * sub, sub,
+						      MADV_DONTNEED) == 0);
+			CHECK_EQ(touch_page(b, 60), 1);
+			CHECK(madvise(pg + keep * sub, PAGE - keep * sub,
+				      MADV_DONTNEED) == 0);
+			CHECK_EQ(touch_page(b, 60), 1);
+		}
+		alarm(0);
+		pthread_mutex_lock(&b->lock);
+		CHECK(sbi_home_is(b, 60));
+		pthread_mutex_unlock(&b->lock);
+		VERIFY(p);
+	}
 
 	/* 7. A page shared into another buffer, then released here: its
 	 * mapping is replaced (the copy in dst keeps the page), and from
