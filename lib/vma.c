@@ -242,13 +242,13 @@ int sbi_vma_unprotect_nowake(struct sb_buf *buf, size_t idx)
 /*
  * Map page idx from the page cache where its page-table entries are
  * missing. The kernel's CONTINUE stops at the first 4 KiB entry present:
- * with none mapped yet it fails (EEXIST), else it succeeds for the part
- * before it (mapped < len). Entries can be missing from any part of a
- * page: the kernel drops them one 4 KiB folio at a time (MADV_PAGEOUT,
- * reclaim, migration), and an application may MADV_DONTNEED a part. A
- * present entry maps the right page (a shared mapping of the page cache):
- * step over it. Stopping there instead would leave the thread that
- * faulted on a later part faulting again for ever.
+ * EEXIST with none mapped before it, else EAGAIN with `mapped` the part
+ * mapped (and woken). Entries can be missing from any part of a page: the
+ * kernel drops them one 4 KiB folio at a time (MADV_PAGEOUT, reclaim,
+ * migration), and an application may MADV_DONTNEED a part. A present
+ * entry maps the right page (a shared mapping of the page cache): step
+ * over it. Stopping there instead would leave a thread that faulted on a
+ * later part faulting again for ever.
  */
 int sbi_vma_continue(struct sb_buf *buf, size_t idx)
 {
@@ -262,17 +262,14 @@ int sbi_vma_continue(struct sb_buf *buf, size_t idx)
 		struct uffdio_continue cont = {
 			.range = {.start = at, .len = end - at},
 		};
-		int r = ioctl(buf->pool->uffd, UFFDIO_CONTINUE, &cont);
 
-		if (r == 0 && cont.mapped > 0) {
-			at += (uintptr_t)cont.mapped;	/* then EEXIST, or done */
-			continue;
-		}
-		if (r == 0 || errno == EEXIST) {
-			at += step;	/* present: already mapped */
-			continue;
-		}
-		if (errno != EAGAIN || ++again == 1000)
+		if (ioctl(buf->pool->uffd, UFFDIO_CONTINUE, &cont) == 0)
+			return 0;	/* the rest of the page */
+		if (cont.mapped > 0)
+			at += (uintptr_t)cont.mapped;	/* a part */
+		else if (errno == EEXIST)
+			at += step;	/* present: mapped already */
+		else if (errno != EAGAIN || ++again == 1000)
 			return -errno;
 	}
 	return 0;
@@ -294,14 +291,8 @@ int sbi_vma_copy_in(struct sb_buf *buf, size_t idx, const void *src)
 		copy.src = (uintptr_t)src + done;
 		copy.len = len - done;
 		copy.copy = 0;
-		/* A success may copy a part only (an entry present after
-		 * it: EEXIST next time). */
-		if (ioctl(buf->pool->uffd, UFFDIO_COPY, &copy) == 0) {
-			done += (size_t)copy.copy;
-			if (done >= len)
-				return 0;
-			continue;
-		}
+		if (ioctl(buf->pool->uffd, UFFDIO_COPY, &copy) == 0)
+			return 0;
 		if (errno != EAGAIN)
 			return -errno;
 		if (copy.copy > 0)	/* a part is in: the rest */
@@ -412,15 +403,9 @@ int sbi_vma_poison(struct sb_buf *buf, size_t idx)
 					  .len = len},
 			};
 
-			int r2 = ioctl(pool->uffd, UFFDIO_POISON, &poison);
-
-			if (r2 == 0 && poison.updated == (int64_t)len)
+			if (ioctl(pool->uffd, UFFDIO_POISON, &poison) == 0)
 				return 0;
-			/* An entry present (a stray zero page), at the start
-			 * (EEXIST) or after a part (a success short of len):
-			 * the whole page again, without it (a zap drops the
-			 * markers made too). */
-			if (r2 == 0 || errno == EEXIST)
+			if (errno == EEXIST)	/* a stray zero page */
 				madvise(addr, len, MADV_DONTNEED);
 			else if (errno != EAGAIN)
 				break;
