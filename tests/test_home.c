@@ -6,9 +6,11 @@
  * thread touches them as they come and go. A page whose mapping had to be
  * replaced (shared into another buffer, then released) goes the common way
  * from then on, with the same guarantees; so does a page whose read
- * failed, once unmapped (SIGBUS until then, never zeros). The pool's
- * accounting holds at every step. Without descriptors to spare for the
- * home heaps, a buffer is mapped the common way.
+ * failed, once unmapped (SIGBUS until then, never zeros). A placed page
+ * whose page-table entries the kernel dropped from a part only reads
+ * whole again (sbi_vma_continue goes past the parts still mapped). The
+ * pool's accounting holds at every step. Without descriptors to spare for
+ * the home heaps, a buffer is mapped the common way.
  */
 #include "harness.h"
 #include "harness_internal.h"
@@ -367,8 +369,8 @@ static int child(const char *name)
 		CHECK_EQ(touch_page(b, 60), 1);
 		alarm(20);
 		for (size_t keep = 0; keep < nsub && nsub > 1; keep++) {
-			/* Drop every 4 KiB part but `keep`, then all but
-			 * the parts before and after it. */
+			/* Drop every 4 KiB part but `keep`; then every part
+			 * from `keep` on (those before it stay mapped). */
 			CHECK(madvise(pg, PAGE, MADV_DONTNEED) == 0);
 			CHECK_EQ(touch_page(b, 60), 1);
 			for (size_t k = 0; k < nsub; k++)
