@@ -200,6 +200,11 @@ test: deps-test
 test-daemon: test-build
 	@scripts/test-daemon.sh $(BUILD)
 
+# The suite again with huge folios in the heaps (shmem_enabled=within_size,
+# set for the run and restored; skipped where it cannot be).
+test-folios: test-build
+	@scripts/test-folios.sh $(BUILD)
+
 # lib/'s layering (lib/LAYERS) against nm of its objects: no upward call,
 # no loop.
 layers: lib
@@ -297,6 +302,6 @@ clean:
 	rm -rf build build-asan build-tsan
 
 
-.PHONY: examples-check man lockcheck layers test-daemon
+.PHONY: examples-check man lockcheck layers test-daemon test-folios
 .PHONY: all build-all lib tests bench-bin deps-check deps-test deps-bench test test-build demo asan tsan bench bench-pagein install format clean sparsebuf.pc
 .SECONDARY:

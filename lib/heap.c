@@ -169,6 +169,24 @@ int sbi_heap_zero(struct sbi_heap *h, uint32_t idx, uint32_t n,
 	return 0;
 }
 
+int sbi_heap_back(struct sbi_heap *h, uint32_t idx, uint32_t n,
+		  size_t page_size, bool big_folios)
+{
+	off_t off = (off_t)((size_t)idx * page_size);
+	off_t end = off + (off_t)((size_t)n * page_size);
+
+	/* An unbacked page reads as zeros: a hole, or the zeroed part of
+	 * a large folio whose other pages hold memory (a punch that cannot
+	 * split the folio zeroes the range instead, and a folio allocated
+	 * for a neighbour's write is zero where it was not written). In
+	 * the latter case its memory is there already: writing zeros would
+	 * only hold the folio's lock, which every placement of the folio's
+	 * other pages (MAP_POPULATE) then waits for. */
+	if (big_folios && lseek(h->fd, off, SEEK_HOLE) >= end)
+		return 0;
+	return sbi_heap_zero(h, idx, n, page_size);
+}
+
 /*
  * The pool side's entries go in sweeps of the whole mapping rather than a
  * madvise per page: every madvise that drops entries ends with a TLB

@@ -140,6 +140,10 @@ int sbi_uffd_open(uint64_t features);
 long sbi_map_count(void);
 /* vm.max_map_count, read now (no probe: safe on the fault path). */
 long sbi_max_map_count(void);
+/* The folios the heaps (memfds) may get, in bytes, as the system's
+ * shmem_enabled says now: 0 for 4 KiB ones. Read now; sparsebuf never
+ * sets it. */
+size_t sbi_shmem_folio_bytes(void);
 
 /* ---- meta.c: library metadata memory (mmap, never malloc) -----------------*/
 
@@ -338,6 +342,11 @@ void sbi_heap_destroy(const struct sbi_page_source *src, struct sbi_heap *heap,
  * allocated (punch them). */
 int sbi_heap_zero(struct sbi_heap *heap, uint32_t idx, uint32_t n,
 		  size_t page_size);
+/* Back unbacked pages (their data is zero): sbi_heap_zero, unless the heap's
+ * folios may be larger than a page (big_folios) and the range has memory
+ * already. */
+int sbi_heap_back(struct sbi_heap *heap, uint32_t idx, uint32_t n,
+		  size_t page_size, bool big_folios);
 /* After the library read or wrote a page of the heap through sbi_pid_mem:
  * its pool-side page-table entry is to go, so that a page placed in a
  * buffer is mapped once and the process's RSS counts it once. They go in
@@ -487,6 +496,9 @@ struct sb_pool {
 	size_t evicted;		/* pages in state EVICTED */
 	size_t ready_target;	/* adaptive reserve, see ready.c */
 	size_t ready_min, ready_max;
+	/* The heaps' folios may be larger than a page (shmem_enabled): an
+	 * unbacked page may have memory already (sbi_heap_back). */
+	bool big_folios;
 	size_t ready_floor;	/* sb_pool_reserve: target never below */
 	size_t misses;		/* sync prepares since the last tick */
 	/* Page-ins (SBI_ALLOC_OVERWRITE) since the last tick, and the freed

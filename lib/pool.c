@@ -788,7 +788,10 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 		struct sbi_heap *h = sbi_pid_heap(pool, out[k]);
 		uint32_t i = sbi_pid_index(pool, out[k]);
 
-		if (prep[k] != PREP_NONE)
+		if (prep[k] == PREP_BACK)
+			r = sbi_heap_back(h, i, 1, pool->page_size,
+					  pool->big_folios);
+		else if (prep[k] == PREP_ZERO)
 			r = sbi_heap_zero(h, i, 1, pool->page_size);
 	}
 	if (r < 0) {

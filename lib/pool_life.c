@@ -175,6 +175,8 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	struct sb_pool *pool;
 	const char *why;
 	pthread_condattr_t ca;
+	size_t folio;
+	bool big_folios;
 	int r;
 
 	if (!opts)
@@ -195,6 +197,23 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 		return fail_client(client, err,
 				   f->uffd_error ? f->uffd_error : -ENOSYS);
 	}
+	/* Heap folios larger than a page (shmem_enabled): releasing a page
+	 * punches part of a folio, which the kernel splits, or, when it
+	 * cannot (another part pinned by I/O), zeroes and keeps. The page
+	 * then reads as zeros without a fault: only a minor fault catches
+	 * the touch of an evicted page. */
+	folio = sbi_shmem_folio_bytes();
+	big_folios = folio > opts->page_size;
+	if (big_folios && !(f->uffd_features & UFFD_FEATURE_MINOR_SHMEM)) {
+		sbi_err("shmem_enabled gives the heaps folios of up to %zu "
+			"KiB, more than a page (%zu KiB), and this kernel has "
+			"no minor faults on shmem (Linux 5.14): a released "
+			"page could read as zeros. Set /sys/kernel/mm/"
+			"transparent_hugepage/shmem_enabled to never or "
+			"advise, or use pages of %zu KiB",
+			folio >> 10, opts->page_size >> 10, folio >> 10);
+		return fail_client(client, err, -EOPNOTSUPP);
+	}
 	pool = calloc(1, sizeof(*pool));
 	if (!pool)
 		return fail_client(client, err, -ENOMEM);
@@ -206,6 +225,7 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	pool->heap_size = opts->heap_size;
 	pool->page_shift = (uint32_t)__builtin_ctzl(opts->page_size);
 	pool->pages_per_heap = (uint32_t)(opts->heap_size / opts->page_size);
+	pool->big_folios = big_folios;
 	/* The pages come from the page source; so does the budget. */
 	pool->source = client ? sbi_daemon_source(client) : sbi_memfd_source();
 	pool->max_bytes =
@@ -222,6 +242,15 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	pool->can_poison = f->poison;
 	pool->can_recycle = sbi_env_recycle() &&
 			    (f->uffd_features & UFFD_FEATURE_MINOR_SHMEM);
+	if (big_folios && !pool->can_recycle) {
+		/* Evicting the way that needs no minor fault punches the
+		 * page and counts on the next touch missing it (above). */
+		sbi_warn("SPARSEBUF_RECYCLE=0 ignored: the heaps get folios "
+			 "of up to %zu KiB (shmem_enabled), so an evicted "
+			 "page's touch must be caught as a minor fault",
+			 folio >> 10);
+		pool->can_recycle = true;
+	}
 	/* Beyond 64 KiB a page read in costs more in fresh memory (the home
 	 * page's, zeroed) than the mappings save: 1 MiB pages read in order
 	 * took 20% more CPU. */

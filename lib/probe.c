@@ -352,6 +352,32 @@ long sbi_max_map_count(void)
 	return read_long("/proc/sys/vm/max_map_count");
 }
 
+size_t sbi_shmem_folio_bytes(void)
+{
+	char line[128];
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled",
+			"re");
+	bool big = false;
+	long pmd;
+
+	/* memfds are files of the kernel's internal tmpfs mount: this
+	 * top-level setting decides their folios (the per-size knobs are
+	 * for anonymous shared memory). With always, within_size and force
+	 * a heap page gets a folio of up to the PMD size, as large as the
+	 * write or fault and the heap's size allow (Linux 6.14 tmpfs large
+	 * folios; before, PMD-sized ones only); advise asks for a mapping. */
+	if (!f)
+		return 0;
+	if (fgets(line, sizeof(line), f))
+		big = strstr(line, "[always]") ||
+		      strstr(line, "[within_size]") || strstr(line, "[force]");
+	fclose(f);
+	if (!big)
+		return 0;
+	pmd = read_long("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
+	return pmd > 0 ? (size_t)pmd : (size_t)2 << 20;
+}
+
 SB_API int sb_features_get_sz(struct sb_features *f, size_t size)
 {
 	struct sb_features o;

@@ -173,6 +173,16 @@ static enum work pick_work(struct sb_pool *pool, bool may_back,
 	return w;
 }
 
+/* Page i of h, BUSY, made ready: backed (W_BACK: it holds zeros, it may
+ * lack memory) or zeroed (W_ZERO). 0 or -errno. */
+static int make_ready(struct sb_pool *pool, enum work w, struct sbi_heap *h,
+		      uint32_t i)
+{
+	return w == W_BACK ? sbi_heap_back(h, i, 1, pool->page_size,
+					   pool->big_folios)
+			   : sbi_heap_zero(h, i, 1, pool->page_size);
+}
+
 size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready)
 {
 	SBI_HELD(&pool->lock);
@@ -420,7 +430,7 @@ void *sbi_ready_thread(void *arg)
 		pthread_mutex_unlock(&pool->lock);
 		if (w == W_PUNCH) {
 			sbi_heap_punch(h, i, n, pool->page_size);
-		} else if (sbi_heap_zero(h, i, 1, pool->page_size) < 0) {
+		} else if (make_ready(pool, w, h, i) < 0) {
 			/* Out of memory: stop reserving for a while;
 			 * allocations report the error themselves. What was
 			 * written goes back (a dirty page that could not be

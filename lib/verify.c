@@ -155,6 +155,13 @@ size_t sbi_test_evicted_pages(struct sb_pool *pool)
 	return n;
 }
 
+/* For tests: whether eviction recycles pages (pool->can_recycle). */
+bool sbi_test_recycles(struct sb_pool *pool);
+bool sbi_test_recycles(struct sb_pool *pool)
+{
+	return pool->can_recycle;
+}
+
 /* For tests: answer a fault the budget refuses as a kernel without
  * UFFDIO_POISON (before 6.6) would, through the SIGBUS uffd. */
 void sbi_test_no_poison(struct sb_pool *pool);

@@ -18,6 +18,7 @@
 #define NPAGES (4 * BUDGET / PAGE)	/* 64 pages */
 
 size_t sbi_test_evicted_pages(struct sb_pool *pool);
+bool sbi_test_recycles(struct sb_pool *pool);
 
 static uint64_t seed_of(unsigned tag, size_t page)
 {
@@ -32,15 +33,37 @@ static void check_page(const char *x, size_t i, unsigned tag)
 		FAIL("page %zu (tag %u) differs at byte %ld", i, tag, bad);
 }
 
-static bool recycling(void)
+/* Whether the heaps get folios larger than a 4 KiB page (the system's
+ * shmem_enabled). */
+static bool big_folios(void)
+{
+	char line[128] = "";
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled",
+			"r");
+
+	if (f) {
+		if (!fgets(line, sizeof(line), f))
+			line[0] = 0;
+		fclose(f);
+	}
+	return strstr(line, "[always]") || strstr(line, "[within_size]") ||
+	       strstr(line, "[force]");
+}
+
+/* Whether pool p recycles, checked against what it should do: recycle
+ * where the kernel has minor faults on shmem, unless SPARSEBUF_RECYCLE=0
+ * says not to; that is ignored where the heaps' folios are larger than a
+ * page (a punched page could read as zeros without a fault). */
+static bool recycling(struct sb_pool *p)
 {
 	struct sb_features f;
 	const char *env = getenv("SPARSEBUF_RECYCLE");
+	bool minor = sb_features_get(&f) == 0 &&
+		     (f.uffd_features & UFFD_FEATURE_MINOR_SHMEM);
+	bool want = minor && (!(env && !strcmp(env, "0")) || big_folios());
 
-	if (env && !strcmp(env, "0"))
-		return false;
-	return sb_features_get(&f) == 0 &&
-	       (f.uffd_features & UFFD_FEATURE_MINOR_SHMEM);
+	CHECK_EQ(sbi_test_recycles(p), want);
+	return want;
 }
 
 static int body(void)
@@ -48,7 +71,7 @@ static int body(void)
 	struct sb_pool *p = disk_pool(PAGE, HEAP, BUDGET);
 	struct sb_buf *b = make_buf(p, NPAGES * PAGE, SB_BUF_EVICTABLE);
 	char *x = sb_buf_addr(b);
-	bool rec = recycling();
+	bool rec = recycling(p);
 	struct budget_watch w;
 	struct sb_stats s;
 	unsigned tag[NPAGES];

@@ -110,10 +110,11 @@ static void thp_mode(const char *path, char *out, size_t len)
  * anonymous shared memory only. sparsebuf allocates heap pages by writing
  * through the heap file (lib/heap.c), so "always" and "within_size" give
  * it huge folios and "advise" does not (it needs a mapping with
- * MADV_HUGEPAGE). sparsebuf never changes the setting. Measured
- * (docs/PERFORMANCE.md, disk tier): sequential page-in of 2 MiB pages at
- * 1.6-3.7 GB/s and 0.4-1.2 s of CPU per 2 GiB with within_size or always,
- * against 0.7-1.2 GB/s and 2.3-3.7 s without.
+ * MADV_HUGEPAGE). sparsebuf never changes the setting (bench/folios.sh
+ * does, for its runs, and restores it; docs/design.md, "Heap folios").
+ * Measured (docs/PERFORMANCE.md, disk tier): sequential page-in of 2 MiB
+ * pages at 1.6-3.7 GB/s and 0.4-1.2 s of CPU per 2 GiB with within_size or
+ * always, against 0.7-1.2 GB/s and 2.3-3.7 s without.
  */
 static void shmem_folios(size_t page_size)
 {
@@ -141,9 +142,12 @@ static void shmem_folios(size_t page_size)
 		printf("  heap folios:    %s (shmem_enabled=%s)\n", hp, top);
 		if (page_size < (size_t)kib << 10)
 			printf("                  pages smaller than that share "
-			       "a huge folio: the heaps may hold up to %s more "
-			       "than bytes_resident per folio partly in use; "
-			       "use pages of %s or more\n", hp, hp);
+			       "a folio: a released page's memory may stay "
+			       "(zeroed) while another part is in use, up to "
+			       "%s more than bytes_resident per folio; evicted "
+			       "pages are caught by minor faults "
+			       "(SPARSEBUF_RECYCLE=0 is ignored); use pages of "
+			       "%s or more\n", hp, hp);
 	} else {
 		printf("  heap folios:    4 KiB (shmem_enabled=%s; always or "
 		       "within_size would give %s folios to pages of that "

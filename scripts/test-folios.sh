@@ -1,0 +1,27 @@
+#!/bin/sh
+# The whole test suite once more with the heaps' folios larger than their
+# pages: shmem_enabled=within_size, the system setting that gives memfds
+# (the heaps) huge folios. sparsebuf never changes it; a system may have
+# it, and then a pool page is part of a folio, whose release (a hole
+# punch) the kernel may not split, leaving the range zeroed in place
+# (docs/design.md, "Heap folios"). This run sets it, for the suite alone,
+# and puts it back, also on Ctrl-C; skipped, saying so, where it cannot.
+#   scripts/test-folios.sh BUILD
+set -u
+build=${1:-build}
+knob=/sys/kernel/mm/transparent_hugepage/shmem_enabled
+if [ ! -w "$knob" ] || ! grep -q within_size "$knob"; then
+	echo "SKIP  the suite with huge heap folios: $knob is not writable" \
+		"here or has no within_size (root and transparent huge pages" \
+		"needed)"
+	echo "0 passed, 0 failed, 1 skipped"
+	exit 0
+fi
+was=$(sed 's/.*\[\(.*\)\].*/\1/' "$knob")
+# A kill -9 cannot be trapped: say how to put it back first.
+echo "(shmem_enabled is within_size for this run; if it is killed," \
+	"restore it: echo $was > $knob)"
+trap 'echo "$was" > "$knob"' EXIT
+trap 'exit 130' INT TERM
+echo within_size >"$knob" || exit 1
+tests/run.sh "$build/tests"
