@@ -5,6 +5,7 @@
 #   make demo       build and run the demo
 #   make asan       tests under AddressSanitizer + UBSan (build-asan/)
 #   make tsan       tests under ThreadSanitizer (build-tsan/)
+#   make test-folios  tests with huge heap folios (shmem_enabled, restored)
 #   make fuzz       libFuzzer harnesses, FUZZ_SECONDS each (build-fuzz/)
 #   make bench      run the benchmarks
 #   make bench-pagein  just the disk-tier benchmark (PAGEIN_ARGS=--quick)
