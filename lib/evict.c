@@ -18,8 +18,10 @@
  *   3. on success punch the heap page: its memory goes back, the buffer
  *      still maps the (empty) page, which stays reserved (EVICTED), and the
  *      entry becomes DISK | KEEP | pid + 1 | slot + 1. The next touch is a
- *      MISSING fault: the page-in reads into a new pool page and maps it
- *      over this one, complete, so its window only ever shows the data.
+ *      MISSING fault (or a MINOR one, where the punch left part of a huge
+ *      folio in place, zeroed: docs/design.md, "Heap folios"): the page-in
+ *      reads into a new pool page and maps it over this one, complete, so
+ *      its window only ever shows the data.
  *      On failure (ENOSPC, EIO) the protection is lifted: the data never
  *      leaves memory unless it is safely on disk.
  * A file's clean pages skip the write. A shared page is first given a
@@ -97,9 +99,15 @@ static int freeze(struct sb_buf *buf, const size_t *idx, size_t n)
 		size_t len = (j - k) << pool->page_shift;
 		int r;
 
+		/* MINOR too wherever the kernel has it, recycling or not:
+		 * a punch inside a folio larger than the page (huge
+		 * folios: shmem_enabled, an application's MADV_COLLAPSE)
+		 * that the kernel cannot split zeroes the range and leaves
+		 * it present, and only a minor fault then catches the
+		 * touch; missing alone would let the page read as zeros. */
 		r = sbi_uffd_register(pool->uffd, addr, len,
 				      UFFDIO_REGISTER_MODE_MISSING |
-					      (pool->can_recycle
+					      (pool->can_minor
 						       ? UFFDIO_REGISTER_MODE_MINOR
 						       : 0) |
 					      (ro ? 0 : UFFDIO_REGISTER_MODE_WP));

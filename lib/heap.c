@@ -169,6 +169,25 @@ int sbi_heap_zero(struct sbi_heap *h, uint32_t idx, uint32_t n,
 	return 0;
 }
 
+int sbi_heap_write(struct sbi_heap *h, uint32_t idx, const void *src,
+		   size_t page_size)
+{
+	off_t off = (off_t)((size_t)idx * page_size);
+	size_t done = 0;
+
+	while (done < page_size) {
+		ssize_t w = pwrite(h->fd, (const char *)src + done,
+				   page_size - done, off + (off_t)done);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 && errno != ENOSPC ? -errno : -ENOMEM;
+		done += (size_t)w;
+	}
+	return 0;
+}
+
 int sbi_heap_back(struct sbi_heap *h, uint32_t idx, uint32_t n,
 		  size_t page_size, bool big_folios)
 {

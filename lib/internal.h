@@ -342,6 +342,10 @@ void sbi_heap_destroy(const struct sbi_page_source *src, struct sbi_heap *heap,
  * allocated (punch them). */
 int sbi_heap_zero(struct sbi_heap *heap, uint32_t idx, uint32_t n,
 		  size_t page_size);
+/* Write a page's bytes from src into page idx of the heap, through the
+ * file (pwrite). 0, or -ENOMEM when memory cannot be had, or -errno. */
+int sbi_heap_write(struct sbi_heap *heap, uint32_t idx, const void *src,
+		   size_t page_size);
 /* Back unbacked pages (their data is zero): sbi_heap_zero, unless the heap's
  * folios may be larger than a page (big_folios) and the range has memory
  * already. */
@@ -456,6 +460,9 @@ struct sb_pool {
 	 * catch a touch of the buffer page it leaves. SPARSEBUF_RECYCLE=0
 	 * turns it off. See evict.c. */
 	bool can_recycle;
+	/* Minor faults on shmem (UFFD_FEATURE_MINOR_SHMEM): an evicted page
+	 * is registered for them too, recycled or not (evict.c, freeze). */
+	bool can_minor;
 	/* File buffers get home mappings (home.c): SPARSEBUF_HOME, a pool
 	 * of its own heaps, minor faults on shmem (Linux 5.14), pages of
 	 * 64 KiB or less. */
@@ -889,7 +896,8 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready);
 /* With DISK or POISON: the buffer page still maps the heap page it was
  * evicted from, registered with the pool's uffd (eviction never replaces a
  * mapping: evict.c says why). The low 32 bits name that page, reserved in
- * state EVICTED with its memory punched (a touch: missing fault), or are 0
+ * state EVICTED with its memory punched (a touch: missing fault; minor
+ * where the punch left a huge folio in place, zeroed), or are 0
  * when the pool recycled it (pool->can_recycle; a touch: minor fault). A
  * home page (home.c) that holds no data is such an entry too, naming its
  * home page. */

@@ -223,6 +223,18 @@ static long map_in(struct sb_buf *buf, const struct sbi_io *io)
 		sbi_pid k = sbi_ptref_pid(kept);
 
 		r = sbi_vma_copy_in(buf, io->idx, sbi_pid_mem(pool, io->pid));
+		if (r == -EEXIST && pool->can_minor) {
+			/* The kept page's punch left a folio there (one
+			 * larger than the page that could not split, the
+			 * range zeroed): write the data into it through the
+			 * file and map what is there. */
+			r = sbi_heap_write(sbi_pid_heap(pool, k),
+					   sbi_pid_index(pool, k),
+					   sbi_pid_mem(pool, io->pid),
+					   pool->page_size);
+			if (r == 0)
+				r = sbi_vma_continue(buf, io->idx);
+		}
 		sbi_pid_unmap_pool(pool, io->pid);
 		if (r == 0) {
 			sbi_pool_swap_kept(pool, io->pid, k);

@@ -201,7 +201,10 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	 * punches part of a folio, which the kernel splits, or, when it
 	 * cannot (another part pinned by I/O), zeroes and keeps. The page
 	 * then reads as zeros without a fault: only a minor fault catches
-	 * the touch of an evicted page. */
+	 * the touch of an evicted page (evict.c, freeze). Without minor
+	 * faults, refuse rather than risk it. (An application's
+	 * MADV_COLLAPSE, or the setting changed later, can still make such
+	 * folios there: on such a kernel nothing catches that.) */
 	folio = sbi_shmem_folio_bytes();
 	big_folios = folio > opts->page_size;
 	if (big_folios && !(f->uffd_features & UFFD_FEATURE_MINOR_SHMEM)) {
@@ -240,17 +243,8 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	pool->numa_node = opts->numa_node;
 	pool->can_wp = f->wp_shmem;
 	pool->can_poison = f->poison;
-	pool->can_recycle = sbi_env_recycle() &&
-			    (f->uffd_features & UFFD_FEATURE_MINOR_SHMEM);
-	if (big_folios && !pool->can_recycle) {
-		/* Evicting the way that needs no minor fault punches the
-		 * page and counts on the next touch missing it (above). */
-		sbi_warn("SPARSEBUF_RECYCLE=0 ignored: the heaps get folios "
-			 "of up to %zu KiB (shmem_enabled), so an evicted "
-			 "page's touch must be caught as a minor fault",
-			 folio >> 10);
-		pool->can_recycle = true;
-	}
+	pool->can_minor = f->uffd_features & UFFD_FEATURE_MINOR_SHMEM;
+	pool->can_recycle = sbi_env_recycle() && pool->can_minor;
 	/* Beyond 64 KiB a page read in costs more in fresh memory (the home
 	 * page's, zeroed) than the mappings save: 1 MiB pages read in order
 	 * took 20% more CPU. */

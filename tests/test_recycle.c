@@ -33,34 +33,16 @@ static void check_page(const char *x, size_t i, unsigned tag)
 		FAIL("page %zu (tag %u) differs at byte %ld", i, tag, bad);
 }
 
-/* Whether the heaps get folios larger than a 4 KiB page (the system's
- * shmem_enabled). */
-static bool big_folios(void)
-{
-	char line[128] = "";
-	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled",
-			"r");
-
-	if (f) {
-		if (!fgets(line, sizeof(line), f))
-			line[0] = 0;
-		fclose(f);
-	}
-	return strstr(line, "[always]") || strstr(line, "[within_size]") ||
-	       strstr(line, "[force]");
-}
-
 /* Whether pool p recycles, checked against what it should do: recycle
  * where the kernel has minor faults on shmem, unless SPARSEBUF_RECYCLE=0
- * says not to; that is ignored where the heaps' folios are larger than a
- * page (a punched page could read as zeros without a fault). */
+ * says not to. */
 static bool recycling(struct sb_pool *p)
 {
 	struct sb_features f;
 	const char *env = getenv("SPARSEBUF_RECYCLE");
-	bool minor = sb_features_get(&f) == 0 &&
-		     (f.uffd_features & UFFD_FEATURE_MINOR_SHMEM);
-	bool want = minor && (!(env && !strcmp(env, "0")) || big_folios());
+	bool want = !(env && !strcmp(env, "0")) &&
+		    sb_features_get(&f) == 0 &&
+		    (f.uffd_features & UFFD_FEATURE_MINOR_SHMEM);
 
 	CHECK_EQ(sbi_test_recycles(p), want);
 	return want;

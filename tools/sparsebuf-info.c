@@ -144,10 +144,8 @@ static void shmem_folios(size_t page_size)
 			printf("                  pages smaller than that share "
 			       "a folio: a released page's memory may stay "
 			       "(zeroed) while another part is in use, up to "
-			       "%s more than bytes_resident per folio; evicted "
-			       "pages are caught by minor faults "
-			       "(SPARSEBUF_RECYCLE=0 is ignored); use pages of "
-			       "%s or more\n", hp, hp);
+			       "%s more than bytes_resident per folio; use "
+			       "pages of %s or more\n", hp, hp);
 	} else {
 		printf("  heap folios:    4 KiB (shmem_enabled=%s; always or "
 		       "within_size would give %s folios to pages of that "
