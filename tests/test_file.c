@@ -23,10 +23,11 @@
 static const char *make_file(int slot, size_t size, uint64_t seed,
 			     char **data)
 {
-	static char paths[4][512];
+	static char paths[5][512];
 	char *buf = malloc(size + 8);
 	int fd;
 
+	CHECK(slot >= 0 && slot < 5);
 	CHECK(buf != NULL);
 	disk_fill(buf, (size + 7) & ~(size_t)7, seed);
 	snprintf(paths[slot], sizeof(paths[slot]), "%s/file%d.bin", disk_dir(),
