@@ -10,9 +10,13 @@
  *
  * Here the main thread is pinned to one CPU and asks for pages with
  * sb_buf_prefetch, which the ready thread places; after every placement
- * the ready thread's affinity must exclude the main thread's CPU.
+ * the ready thread's affinity must exclude the main thread's CPU. Then a
+ * KV cache grows by touch alone on another CPU (writes and sb_kv_commit,
+ * nothing allocated by the thread): the ready thread must move off that
+ * one (it once stayed, and preempted the decoding thread for 4 ms).
  */
 #include "harness.h"
+#include "sparsebuf_kv.h"
 
 #include <dirent.h>
 #include <sched.h>
@@ -63,6 +67,44 @@ static bool ready_avoids(pid_t tid, int cpu, int timeout_ms)
 		sleep_ms(1);
 	}
 	return false;
+}
+
+/* A KV cache that grows by touch alone: the decoding thread allocates
+ * nothing (the growth watches place its pages), and calls only
+ * sb_kv_commit. Made on CPU cpu, then decoded on another: the ready thread
+ * must move off the new one. */
+static void kv_by_touch(struct sb_pool *pool, int cpu, const cpu_set_t *all,
+			pid_t tid)
+{
+	struct sb_kv_config cfg = {2, 1, 64, SB_KV_BF16, 4096, NULL, 0, 0};
+	struct sb_kv_seq *seq;
+	size_t row;
+	cpu_set_t one;
+	int cpu2 = -1, err;
+
+	for (int c = 0; c < CPU_SETSIZE && cpu2 < 0; c++)
+		if (c != cpu && CPU_ISSET(c, all))
+			cpu2 = c;
+	seq = sb_kv_create(pool, &cfg, &err);
+	CHECK(seq != NULL);
+	row = sb_kv_row_bytes(seq);
+	CPU_ZERO(&one);
+	CPU_SET(cpu2, &one);
+	CHECK(sched_setaffinity(0, sizeof(one), &one) == 0);
+	for (size_t t = 0; t < 1024; t++) {
+		for (int l = 0; l < 2; l++) {
+			memset((char *)sb_kv_k(seq, l) + t * row, 1, row);
+			memset((char *)sb_kv_v(seq, l) + t * row, 2, row);
+		}
+		CHECK_EQ(sb_kv_commit(seq, 1), 0);
+	}
+	sleep_ms(3);
+	if (!ready_avoids(tid, cpu2, 200))
+		FAIL("a KV cache growing by touch on CPU %d: the ready thread "
+		     "may still run there", cpu2);
+	sb_kv_destroy(seq);
+	printf("ready thread moved off CPU %d, where a KV cache grew by "
+	       "touch\n", cpu2);
 }
 
 static int child(const char *name)
@@ -121,8 +163,9 @@ static int main_test(void)
 			     "CPU %d, the application thread's", i, cpu);
 	}
 	sb_buf_destroy(buf);
-	sb_pool_destroy(pool);
 	printf("ready thread stayed off CPU %d through 64 prefetched placements\n",
 	       cpu);
+	kv_by_touch(pool, cpu, &all, tid);
+	sb_pool_destroy(pool);
 	return 0;
 }
