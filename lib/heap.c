@@ -170,14 +170,14 @@ int sbi_heap_zero(struct sbi_heap *h, uint32_t idx, uint32_t n,
 }
 
 int sbi_heap_write(struct sbi_heap *h, uint32_t idx, const void *src,
-		   size_t page_size)
+		   size_t len, size_t page_size)
 {
 	off_t off = (off_t)((size_t)idx * page_size);
 	size_t done = 0;
 
-	while (done < page_size) {
-		ssize_t w = pwrite(h->fd, (const char *)src + done,
-				   page_size - done, off + (off_t)done);
+	while (done < len) {
+		ssize_t w = pwrite(h->fd, (const char *)src + done, len - done,
+				   off + (off_t)done);
 
 		if (w < 0 && errno == EINTR)
 			continue;

@@ -342,10 +342,11 @@ void sbi_heap_destroy(const struct sbi_page_source *src, struct sbi_heap *heap,
  * allocated (punch them). */
 int sbi_heap_zero(struct sbi_heap *heap, uint32_t idx, uint32_t n,
 		  size_t page_size);
-/* Write a page's bytes from src into page idx of the heap, through the
- * file (pwrite). 0, or -ENOMEM when memory cannot be had, or -errno. */
+/* Write len bytes (at most a page) from src into page idx of the heap,
+ * through the file (pwrite). 0, or -ENOMEM when memory cannot be had, or
+ * -errno. */
 int sbi_heap_write(struct sbi_heap *heap, uint32_t idx, const void *src,
-		   size_t page_size);
+		   size_t len, size_t page_size);
 /* Back unbacked pages (their data is zero): sbi_heap_zero, unless the heap's
  * folios may be larger than a page (big_folios) and the range has memory
  * already. */

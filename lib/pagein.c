@@ -231,7 +231,7 @@ static long map_in(struct sb_buf *buf, const struct sbi_io *io)
 			r = sbi_heap_write(sbi_pid_heap(pool, k),
 					   sbi_pid_index(pool, k),
 					   sbi_pid_mem(pool, io->pid),
-					   pool->page_size);
+					   pool->page_size, pool->page_size);
 			if (r == 0)
 				r = sbi_vma_continue(buf, io->idx);
 		}
@@ -295,27 +295,19 @@ static bool take_waiter(struct sb_buf *buf, size_t idx)
  * again. 0 or -errno. */
 static int bounce_write(struct sb_pool *pool, struct sbi_io *io)
 {
-	int fd = sbi_pid_heap(pool, io->pid)->fd;
-	off_t off = sbi_pid_off(pool, io->pid);
-	size_t done = 0, len = pool->page_size;
+	size_t len = pool->page_size;
 	unsigned fail = atomic_load(&test_wfail_count);
+	int r;
 
 	while (fail && !atomic_compare_exchange_weak(&test_wfail_count, &fail,
 						     fail - 1))
 		;
 	if (fail)
 		len /= 2;
-	while (done < len) {
-		ssize_t w = pwrite(fd, (char *)io->bounce + done, len - done,
-				   off + (off_t)done);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		done += (size_t)w;
-	}
-	return fail ? -atomic_load(&test_wfail_err) : 0;
+	r = sbi_heap_write(sbi_pid_heap(pool, io->pid),
+			   sbi_pid_index(pool, io->pid), io->bounce, len,
+			   pool->page_size);
+	return r < 0 ? r : fail ? -atomic_load(&test_wfail_err) : 0;
 }
 
 static bool pagein_done(struct sbi_io *io)
