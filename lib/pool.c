@@ -133,6 +133,45 @@ void sbi_pool_drop_run(struct sb_pool *pool, struct sb_buf *buf)
 }
 
 /*
+ * A site that starts at a ready page no run holds, with room for want
+ * pages, and not where a page in use will grow: the pages a run made
+ * ready ahead of itself before its buffer went away. They fill the
+ * reserve, so the ready thread readies nothing more while they sit
+ * there, and a run started elsewhere prepared a tenth of its pages on
+ * the caller (bench/place, the buffer grown after another was
+ * destroyed); started here, it takes them. pool->lock held.
+ */
+static bool ready_site(struct sb_pool *pool, uint32_t want,
+		       struct sbi_heap **hp, uint32_t *startp, uint32_t *lenp)
+{
+	SBI_HELD(&pool->lock);
+	for (uint32_t s = 0; s < pool->heap_hi; s++) {
+		struct sbi_heap *h = pool->heaps[s];
+		const uint8_t *p, *end;
+
+		if (!h || !h->nready)
+			continue;
+		end = h->state + h->npages;
+		for (p = h->state; (p = memchr(p, SBI_PG_READY,
+					       (size_t)(end - p)));
+		     p++) {
+			uint32_t i = (uint32_t)(p - h->state), j = i;
+
+			if (h->owner[i] ||
+			    (i && (!page_free(h, i - 1) || h->owner[i - 1])))
+				continue;
+			while (j < h->npages && page_free(h, j) && !h->owner[j])
+				j++;
+			if (j - i >= want) {
+				*hp = h, *startp = i, *lenp = j - i;
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+/*
  * Where the next run should start. Free, unearmarked extents are what runs
  * can use, but an extent right after a used or earmarked page is where
  * that page's run will grow: a new run starts there only halfway in, and
@@ -151,6 +190,8 @@ bool sbi_pool_find_site(struct sb_pool *pool, uint32_t want,
 
 	if (want > pool->pages_per_heap)
 		want = pool->pages_per_heap;
+	if (ready_site(pool, want, hp, startp, lenp))
+		return true;
 	for (uint32_t s = 0; s < pool->heap_hi; s++) {
 		struct sbi_heap *h = pool->heaps[s];
 
