@@ -471,6 +471,11 @@ struct sb_pool {
 	/* The ready thread takes placed pages' first access (touch.c):
 	 * SPARSEBUF_TOUCH, or a probe that found it slow. */
 	bool touch_placed;
+	/* Bytes one read fault maps on a placed page (the kernel's
+	 * fault-around, sb_features.fault_around_pages): placements fill
+	 * their page tables with a read every so many bytes, 0 = with
+	 * MAP_POPULATE (vma.c, sbi_vma_place). */
+	size_t fault_around;
 	unsigned fork_gen;	/* sbi_fork_gen at creation */
 	pthread_t ready_thread;
 	int nfault;		/* fault-handler threads, one per CPU */
@@ -545,7 +550,7 @@ struct sb_pool {
 
 	/* Counters: relaxed atomics, read by sb_pool_stats. */
 	_Atomic uint64_t n_faults, n_maps, n_unmaps, n_cow, n_fault_places, n_touched,
-		n_sigbus, n_sync_prepares;
+		n_sigbus, n_sync_prepares, n_map_faults;
 	_Atomic uint64_t sigbus_log_ms;	/* last budget SIGBUS logged */
 
 	/* The disk tier, set up at first use (disk.c). */
@@ -1130,10 +1135,14 @@ void sbi_home_release(struct sb_buf *buf, const size_t *idx, size_t n);
 
 /* ---- vma.c: the address-space operations on a buffer's range ---------------*/
 
-/* Map n pages of heap memory starting at pid over pages [idx, idx+n).
- * read_only maps without write permission (the first step of sharing). */
+/* Map n pages of heap memory starting at pid over pages [idx, idx+n),
+ * page-table entries filled. read_only maps without write permission (the
+ * first step of sharing). */
 int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
 		  bool read_only);
+/* Page faults this thread has taken filling placed pages' page tables
+ * (sbi_vma_place), since it started: sb_buf_map counts its own. */
+uint64_t sbi_vma_fill_faults(void);
 
 /* Map n pages that other buffers also show, write-protected through uffd
  * (the pool's: writes copy; the SIGBUS one: writes fail), with no window

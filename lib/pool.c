@@ -1140,6 +1140,7 @@ void sbi_pool_stats_locked(struct sb_pool *pool, struct sb_stats *st)
 	st->pages_dropped = counter(&pool->n_dropped);
 	st->spill_bytes = sbi_disk_spill_bytes(pool);
 	st->pages_touched = counter(&pool->n_touched);
+	st->map_faults = counter(&pool->n_map_faults);
 }
 
 void sbi_pool_note_caller(struct sb_pool *pool)

@@ -259,6 +259,14 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 		pool->touch_placed = t == 1 ||
 				     (t < 0 && f->first_access_ns > 1000);
 	}
+	/* A read fault maps 16 pages here (64 KiB), for 0.22 us a page
+	 * against 0.47 us for MAP_POPULATE's walk, which looks up and marks
+	 * each page accessed. Where the first access to a newly mapped page
+	 * is slow (shadow paging), the reads would pay it on the placing
+	 * thread, so the walk is kept there. Fewer pages a fault and the
+	 * faults cost more than the walk. */
+	if (!pool->touch_placed && f->fault_around_pages >= 16)
+		pool->fault_around = (size_t)f->fault_around_pages << 12;
 	pool->fork_gen = atomic_load(&sbi_fork_gen);
 	/* Page ids plus one must fit in 32 bits. */
 	pool->heap_cap = (uint32_t)(0xfffffffeu / pool->pages_per_heap);

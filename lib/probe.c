@@ -302,6 +302,49 @@ probe_first_access_ns(void)
 	return t[N / 2];
 }
 
+/*
+ * How many 4 KiB pages one read fault maps on a shared memfd mapping: the
+ * kernel's fault-around (fault_around_bytes in debugfs, 64 KiB unless an
+ * administrator changed it), read back from /proc/self/pagemap's present
+ * bits, which every process may read. 0 when the probe cannot run.
+ */
+__attribute__((no_sanitize("address", "thread"))) static long
+probe_fault_around_pages(void)
+{
+	enum { N = 64 };
+	static const char zero[4096];
+	uint64_t e[N];
+	long n = 0;
+	char *p;
+	int pm, fd = memfd_create("sparsebuf-probe", MFD_CLOEXEC);
+
+	if (fd < 0)
+		return 0;
+	/* Written, not fallocated: fault-around maps only pages that are
+	 * up to date, as a heap's ready pages are. */
+	for (int i = 0; i < N; i++)
+		if (pwrite(fd, zero, sizeof(zero), (off_t)i * 4096) !=
+		    (ssize_t)sizeof(zero)) {
+			close(fd);
+			return 0;
+		}
+	p = mmap(NULL, (size_t)N * 4096, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return 0;
+	(void)*(volatile char *)p;
+	pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	if (pm >= 0 && pread(pm, e, sizeof(e),
+			     (off_t)((uintptr_t)p / 4096 * sizeof(e[0]))) ==
+			       (ssize_t)sizeof(e))
+		for (int i = 0; i < N; i++)
+			n += (long)(e[i] >> 63);
+	if (pm >= 0)
+		close(pm);
+	munmap(p, (size_t)N * 4096);
+	return n;
+}
+
 static void probe(void)
 {
 	struct utsname u;
@@ -312,6 +355,7 @@ static void probe(void)
 		numa_available() < 0 ? 0 : numa_num_configured_nodes();
 	features.max_map_count = read_long("/proc/sys/vm/max_map_count");
 	features.first_access_ns = probe_first_access_ns();
+	features.fault_around_pages = probe_fault_around_pages();
 	if (uname(&u) == 0) {
 		size_t n = strnlen(u.release, sizeof(features.kernel) - 1);
 

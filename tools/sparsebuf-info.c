@@ -238,6 +238,12 @@ int main(int argc, char **argv)
 		printf("  placed pages:   %s\n",
 		       on ? "first access taken by the ready thread"
 			  : "first access left to their owner");
+		printf("fault-around:     %ld pages of 4 KiB mapped by one read "
+		       "fault\n", f.fault_around_pages);
+		printf("  placed pages:   page tables filled %s\n",
+		       !on && f.fault_around_pages >= 16
+			       ? "by read faults (sb_stats.map_faults)"
+			       : "by MAP_POPULATE");
 	}
 
 	printf("\nconfiguration (defaults, then SPARSEBUF_*):\n");

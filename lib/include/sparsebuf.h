@@ -141,6 +141,12 @@ struct sb_stats {
 	/* Pages placed whose first access the ready thread took ahead of
 	 * their owner (one read a 4 KiB; docs/design.md says why). */
 	uint64_t pages_touched;
+	/* New in 0.3: page faults sb_buf_map took on the calling thread to
+	 * fill a placed page's page-table entries: a read every
+	 * fault_around_pages (sb_features), 4 per 256 KiB page, cheaper
+	 * than MAP_POPULATE (docs/design.md, "Filling page tables by
+	 * fault-around"). perf counts them with the handler's faults. */
+	uint64_t map_faults;
 };
 
 /* Snapshot of the pool's accounting. Errors: -EINVAL, -ECHILD (a parent's
@@ -351,6 +357,11 @@ struct sb_features {
 	 * shadows the guest's page tables: pools then have their ready
 	 * thread take each placed page's first access (SPARSEBUF_TOUCH). */
 	long first_access_ns;
+	/* New in 0.3: 4 KiB pages one read fault maps on a shared memfd
+	 * mapping (the kernel's fault-around, 16 by default; 0: not
+	 * measured). Pools fill placed pages' page tables that way when it
+	 * is at least 16 and first_access_ns is small, else MAP_POPULATE. */
+	long fault_around_pages;
 };
 
 /* Probe once per process (cached; a probe that ran short of descriptors or
