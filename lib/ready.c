@@ -164,9 +164,18 @@ static enum work pick_work(struct sb_pool *pool, bool may_back,
 			w = want_work(pool, may_back, *hp, *ip);
 			/* Keep the run ready further ahead (low priority,
 			 * bounded by the target): polling every millisecond,
-			 * a fast run needs more than two pages in hand. */
+			 * a fast run needs more than two pages in hand. Not
+			 * onto a page that is ready already: the pages ahead
+			 * of it were seen to when it was made ready, and the
+			 * run's own allocations ask for what comes after
+			 * them. Walked again a page a turn after every
+			 * allocation, a run inside a long stretch of ready
+			 * pages (pool.c, ready_site; 4 KiB pages, thousands)
+			 * kept this thread on the lock the allocations
+			 * wait for: growth took twice as long. */
 			if ((w != W_NONE || (*hp)->state[*ip] == SBI_PG_READY) &&
 			    *ip + 1 < pool->pages_per_heap &&
+			    (*hp)->state[*ip + 1] != SBI_PG_READY &&
 			    (*hp)->state[*ip + 1] != SBI_PG_USED &&
 			    (*hp)->state[*ip + 1] != SBI_PG_EVICTED)
 				sbi_ready_want(pool, p + 1, 1);
@@ -260,14 +269,18 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready)
 
 		if (!h || h->nused || h->nbusy || h->nevicted)
 			continue;
-		/* The ready thread's tick leaves a heap that holds more
-		 * memory than one punch gives back to pick_work's punches,
-		 * punch_max at a time, and to the reserve's shrinking:
-		 * punched whole, a 64 MiB heap took 7.5 ms, in which a
-		 * buffer growing meanwhile found no page ready. */
+		/* The ready thread's tick leaves a heap that holds more than
+		 * 4 MiB (about a millisecond of punching) to pick_work's
+		 * punches, a megabyte at a time, and to the reserve's
+		 * shrinking: punched whole, a 64 MiB heap took 7.5 ms, in
+		 * which a buffer growing meanwhile found no page ready. Such
+		 * a heap is the spare kept. */
 		if (!all_ready &&
-		    (size_t)h->nready + h->ndirty > punch_max(pool))
+		    ((size_t)h->nready + h->ndirty) << pool->page_shift >
+			    ((size_t)4 << 20)) {
+			kept = true;
 			continue;
+		}
 		if (keep_spare && !kept) {
 			kept = true;
 			continue;
