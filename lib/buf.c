@@ -294,7 +294,6 @@ SB_API struct sb_pool *sb_buf_pool(const struct sb_buf *buf)
 SB_API long sb_buf_map(struct sb_buf *buf, size_t off, size_t len)
 {
 	struct sbi_span sp;
-	uint64_t faults;
 	long r;
 
 	if ((r = sbi_check_buf(buf)) < 0)
@@ -302,9 +301,7 @@ SB_API long sb_buf_map(struct sb_buf *buf, size_t off, size_t len)
 	if ((r = sbi_check_range(buf, off, len)) < 0 || !len)
 		return r;
 	sp = sbi_span_touched(buf->pool, off, len);
-	faults = sbi_vma_fill_faults();
 	r = sbi_buf_place(buf, sp.first, sp.end, true);
-	sbi_count(&buf->pool->n_map_faults, sbi_vma_fill_faults() - faults);
 	/* The first access to each 4 KiB, paid by the ready thread. */
 	if (r > 0)
 		sbi_touch_queue(buf, sp.first, sp.end);

@@ -1140,9 +1140,7 @@ void sbi_home_release(struct sb_buf *buf, const size_t *idx, size_t n);
  * first step of sharing). */
 int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
 		  bool read_only);
-/* Page faults this thread has taken filling placed pages' page tables
- * (sbi_vma_place), since it started: sb_buf_map counts its own. */
-uint64_t sbi_vma_fill_faults(void);
+
 
 /* Map n pages that other buffers also show, write-protected through uffd
  * (the pool's: writes copy; the SIGBUS one: writes fail), with no window

@@ -315,7 +315,7 @@ probe_fault_around_pages(void)
 	static const char zero[4096];
 	uint64_t e[N];
 	long n = 0;
-	char *p;
+	char *p, *res;
 	int pm, fd = memfd_create("sparsebuf-probe", MFD_CLOEXEC);
 
 	if (fd < 0)
@@ -328,10 +328,24 @@ probe_fault_around_pages(void)
 			close(fd);
 			return 0;
 		}
-	p = mmap(NULL, (size_t)N * 4096, PROT_READ, MAP_SHARED, fd, 0);
+	/* At a 256 KiB boundary: fault-around stops at the end of a page
+	 * table (2 MiB), and from the last pages before one it maps fewer
+	 * (a probe at a random address read 1-14 pages in 11 of 300
+	 * processes). */
+	res = mmap(NULL, (size_t)2 * N * 4096, PROT_NONE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	p = res == MAP_FAILED
+		    ? MAP_FAILED
+		    : mmap((char *)(((uintptr_t)res + N * 4096 - 1) &
+				    ~((uintptr_t)N * 4096 - 1)),
+			   (size_t)N * 4096, PROT_READ, MAP_SHARED | MAP_FIXED,
+			   fd, 0);
 	close(fd);
-	if (p == MAP_FAILED)
+	if (p == MAP_FAILED) {
+		if (res != MAP_FAILED)
+			munmap(res, (size_t)2 * N * 4096);
 		return 0;
+	}
 	(void)*(volatile char *)p;
 	pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
 	if (pm >= 0 && pread(pm, e, sizeof(e),
@@ -341,7 +355,7 @@ probe_fault_around_pages(void)
 			n += (long)(e[i] >> 63);
 	if (pm >= 0)
 		close(pm);
-	munmap(p, (size_t)N * 4096);
+	munmap(res, (size_t)2 * N * 4096);
 	return n;
 }
 

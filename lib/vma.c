@@ -100,23 +100,21 @@ static int map_error(int e)
  * touch of registered memory (internal.h). A placed page has its memory
  * already (made ready first), so a fault allocates page tables at most:
  * where that fails the kernel's OOM handling runs, as it would for the
- * owner's first access after a MAP_POPULATE that gave up. The faults are
- * counted for sb_buf_map (sb_stats.map_faults), so that perf and the
- * library agree; pools use MAP_POPULATE where the kernel maps fewer than
+ * owner's first access after a MAP_POPULATE that gave up. The faults an
+ * application thread takes are counted (sb_stats.map_faults), so that
+ * perf and the library agree; pools use MAP_POPULATE where the kernel maps fewer than
  * 16 pages a fault or a first access is slow (pool_life.c).
  */
-static _Thread_local uint64_t fill_faults;
-
-uint64_t sbi_vma_fill_faults(void)
-{
-	return fill_faults;
-}
-
 __attribute__((no_sanitize("address", "thread"))) static void
-fill_by_faults(const char *p, size_t len, size_t stride)
+fill_by_faults(struct sb_pool *pool, const char *p, size_t len,
+	       size_t stride)
 {
 	struct rusage r0, r1;
-	bool counted = getrusage(RUSAGE_THREAD, &r0) == 0;
+	/* An application thread's faults are counted (sb_buf_map, a
+	 * prefetch it waits for, an eviction's private copy): the library's
+	 * own threads' are theirs, not the application's. */
+	bool counted = !sbi_internal_thread &&
+		       getrusage(RUSAGE_THREAD, &r0) == 0;
 	uintptr_t a = (uintptr_t)p, end = a + len;
 
 	/* One read in each stride-aligned window the range overlaps: the
@@ -124,8 +122,9 @@ fill_by_faults(const char *p, size_t len, size_t stride)
 	for (; a < end; a = (a & ~(uintptr_t)(stride - 1)) + stride)
 		(void)*(const volatile char *)a;
 	if (counted && getrusage(RUSAGE_THREAD, &r1) == 0)
-		fill_faults += (uint64_t)(r1.ru_minflt - r0.ru_minflt) +
-			       (uint64_t)(r1.ru_majflt - r0.ru_majflt);
+		sbi_count(&pool->n_map_faults,
+			  (uint64_t)(r1.ru_minflt - r0.ru_minflt) +
+				  (uint64_t)(r1.ru_majflt - r0.ru_majflt));
 }
 
 int sbi_uffd_register(int uffd, void *addr, size_t len, uint64_t mode)
@@ -162,7 +161,7 @@ int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
 		      h->fd, sbi_pid_off(pool, pid));
 	if (p == MAP_FAILED)
 		return map_error(errno);
-	fill_by_faults(p, pages_len(buf, n), pool->fault_around);
+	fill_by_faults(pool, p, pages_len(buf, n), pool->fault_around);
 	return 0;
 }
 

@@ -141,11 +141,12 @@ struct sb_stats {
 	/* Pages placed whose first access the ready thread took ahead of
 	 * their owner (one read a 4 KiB; docs/design.md says why). */
 	uint64_t pages_touched;
-	/* New in 0.3: page faults sb_buf_map took on the calling thread to
-	 * fill a placed page's page-table entries: a read every
-	 * fault_around_pages (sb_features), 4 per 256 KiB page, cheaper
-	 * than MAP_POPULATE (docs/design.md, "Filling page tables by
-	 * fault-around"). perf counts them with the handler's faults. */
+	/* New in 0.3: page faults the program's threads took inside the
+	 * library to fill placed pages' page-table entries (sb_buf_map, a
+	 * prefetch with SB_PREFETCH_WAIT): a read every fault_around_pages
+	 * (sb_features), 4 per 256 KiB page, cheaper than MAP_POPULATE
+	 * (docs/design.md, "Filling page tables by fault-around"). perf
+	 * counts them with the handler's faults. */
 	uint64_t map_faults;
 };
 
