@@ -279,6 +279,9 @@ static long write_once(struct sb_buf *buf, const size_t *idx, size_t n,
 		sbi_spill_free(d, slots, n);
 		return r;
 	}
+	r = sbi_spill_prealloc(d, slots, n);
+	if (r < 0)
+		goto failed;
 	sbi_io_wait_init(&w, n);
 	for (size_t k = 0; k < n; k++) {
 		struct sbi_io *io = sbi_io_get(d->io);
@@ -313,6 +316,7 @@ static long write_once(struct sb_buf *buf, const size_t *idx, size_t n,
 	/* Written from (and checksummed through) the pool side. */
 	for (size_t k = 0; k < nio; k++)
 		sbi_pid_unmap_pool(pool, sbi_pte_page(buf->pte[idx[k]]));
+failed:
 	if (r < 0) {
 		/* Lift the protection (waking blocked writers): the pages
 		 * stay as they were. */

@@ -1309,6 +1309,7 @@ struct sbi_disk {
 				 * logged once per cause, tried again at
 				 * the next eviction */
 	bool spill_direct;
+	bool prealloc_off;	/* the file system cannot fallocate */
 	uint64_t *slot_bits;	/* 1 = in use, or being punched */
 	/* 1 = freed, its blocks not yet given back (spill.c) */
 	uint64_t *punch_bits;
@@ -1352,6 +1353,9 @@ void sbi_disk_wait_gen(struct sbi_disk *d, uint64_t gen, int timeout_ms);
 
 /* Spill slots (spill.c), each one pool page of the spill file. */
 int sbi_spill_alloc(struct sbi_disk *d, size_t n, uint32_t *slots);
+/* Give slots[0..n) their blocks before they are written (spill.c says
+ * why): 0, -ENOSPC, or -errno. */
+int sbi_spill_prealloc(struct sbi_disk *d, const uint32_t *slots, size_t n);
 /* Drop one holder of each slot; the last one frees it. Its blocks go back
  * to the file system later, once the disk tier is quiet (spill.c). */
 void sbi_spill_free(struct sbi_disk *d, const uint32_t *slots, size_t n);

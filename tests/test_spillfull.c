@@ -1,5 +1,6 @@
 /* The disk tier, a full spill disk: with the spill directory on a 1 MiB
- * tmpfs, evicting 2 MiB fails with -ENOSPC and every page of the range stays
+ * tmpfs, and again on an ext4 file system with 1 MiB left (O_DIRECT, slots
+ * preallocated), evicting 2 MiB fails with -ENOSPC and every page of the range stays
  * resident with its data (no page-in needed, no spill space kept); the
  * process keeps working (a smaller eviction fits and reads back, new pages
  * place, the pool verifies); destroying the pool lets go of the file
@@ -44,7 +45,7 @@ static void unmount_mnt(void)
 		umount2(mnt, MNT_DETACH);
 }
 
-/* Bytes free on the tmpfs. */
+/* Bytes free on the spill file system. */
 static size_t fs_free(void)
 {
 	struct statvfs v;
@@ -96,7 +97,48 @@ static void due_slots_make_room(void)
 	       "the eviction fits\n");
 }
 
-static int body(void)
+/* mnt: a 1 MiB tmpfs (no O_DIRECT: the spill file is written through the
+ * page cache), or an ext4 file system on a loop device with 1 MiB left
+ * (O_DIRECT: slots get their blocks by fallocate before the write, and
+ * that is where the file system says it is full). */
+static void mount_tmpfs(void)
+{
+	if (mount("none", mnt, "tmpfs", 0, "size=1m,mode=0700") < 0) {
+		int e = errno;
+
+		mnt[0] = 0;
+		SKIP("cannot mount a 1 MiB tmpfs: %s", strerror(e));
+	}
+}
+
+static void mount_ext4(void)
+{
+	char cmd[4000], img[700], path[700];
+	size_t room;
+	int fd;
+
+	snprintf(img, sizeof(img), "%s/ext4.img", disk_dir());
+	snprintf(cmd, sizeof(cmd),
+		 "truncate -s 16M %s && mkfs.ext4 -q -F -m 0 %s >/dev/null 2>&1"
+		 " && mount -o loop %s %s 2>/dev/null",
+		 img, img, img, mnt);
+	if (system(cmd) != 0) {
+		mnt[0] = 0;
+		SKIP("cannot make and mount an ext4 image on a loop device "
+		     "(mkfs.ext4, a loop device, root)");
+	}
+	/* Leave 1 MiB, as the tmpfs has. */
+	room = fs_free();
+	CHECK(room > 1 * MiB);
+	snprintf(path, sizeof(path), "%s/base", mnt);
+	fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+	CHECK(fd >= 0);
+	CHECK(fallocate(fd, 0, 0, (off_t)(room - 1 * MiB)) == 0);
+	close(fd);
+	CHECK(fs_free() <= 1 * MiB + 64 * KiB);
+}
+
+static int body(bool ext4)
 {
 	struct sb_pool *p;
 	struct sb_buf *b;
@@ -107,12 +149,10 @@ static int body(void)
 	snprintf(mnt, sizeof(mnt), "%s/mnt", disk_dir());
 	if (mkdir(mnt, 0700) < 0)
 		FAIL("mkdir %s: %s", mnt, strerror(errno));
-	if (mount("none", mnt, "tmpfs", 0, "size=1m,mode=0700") < 0) {
-		int e = errno;
-
-		mnt[0] = 0;
-		SKIP("cannot mount a 1 MiB tmpfs: %s", strerror(e));
-	}
+	if (ext4)
+		mount_ext4();
+	else
+		mount_tmpfs();
 	atexit(unmount_mnt);
 
 	p = disk_pool_in(PAGE, HEAP, 0, mnt);
@@ -175,7 +215,9 @@ static int body(void)
 static int child(const char *name)
 {
 	if (!strcmp(name, "body"))
-		return body();
+		return body(false);
+	if (!strcmp(name, "body-ext4"))
+		return body(true);
 	return 2;
 }
 
@@ -193,7 +235,7 @@ static int main_test(void)
 	require_uffd();
 	if (geteuid() != 0)
 		SKIP("mounting a tiny tmpfs for the spill directory needs root");
-	if (run_pagers("body", 60, cleanup))
+	if (run_pagers("body", 60, cleanup) | run_pagers("body-ext4", 60, cleanup))
 		SKIP("a run skipped (see above)");
 	return 0;
 }
