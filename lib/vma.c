@@ -102,8 +102,9 @@ static int map_error(int e)
  * where that fails the kernel's OOM handling runs, as it would for the
  * owner's first access after a MAP_POPULATE that gave up. The faults an
  * application thread takes are counted (sb_stats.map_faults), so that
- * perf and the library agree; pools use MAP_POPULATE where the kernel maps fewer than
- * 16 pages a fault or a first access is slow (pool_life.c).
+ * perf and the library agree. Pools use MAP_POPULATE where the kernel
+ * maps fewer than 16 pages a fault or a first access is slow
+ * (pool_life.c).
  */
 __attribute__((no_sanitize("address", "thread"))) static void
 fill_by_faults(struct sb_pool *pool, const char *p, size_t len,
