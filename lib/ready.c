@@ -270,14 +270,16 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready)
 		if (!h || h->nused || h->nbusy || h->nevicted)
 			continue;
 		/* The ready thread's tick leaves a heap that holds more than
-		 * 4 MiB (about a millisecond of punching) to pick_work's
-		 * punches, a megabyte at a time, and to the reserve's
-		 * shrinking: punched whole, a 64 MiB heap took 7.5 ms, in
-		 * which a buffer growing meanwhile found no page ready. Such
-		 * a heap is the spare kept. */
+		 * 4 MiB of freed pages (about a millisecond of punching) to
+		 * pick_work's punches, a megabyte at a time: punched whole,
+		 * a destroyed buffer's 64 MiB heap took 7.5 ms, in which a
+		 * buffer growing meanwhile found no page ready. Such a heap
+		 * is the spare kept. Ready pages go with their heap, as
+		 * before: at most the reserve's cap, and a client of
+		 * sparsebufd that kept them would hold its lease from the
+		 * machine's budget. */
 		if (!all_ready &&
-		    ((size_t)h->nready + h->ndirty) << pool->page_shift >
-			    ((size_t)4 << 20)) {
+		    (size_t)h->ndirty << pool->page_shift > ((size_t)4 << 20)) {
 			kept = true;
 			continue;
 		}
