@@ -262,6 +262,7 @@ static long write_once(struct sb_buf *buf, const size_t *idx, size_t n,
 	struct sb_pool *pool = buf->pool;
 	struct sbi_disk *d;
 	uint32_t slots[BATCH];
+	uint64_t kept[(BATCH + 63) / 64];
 	struct sbi_io *ios[BATCH];
 	struct sbi_io_wait w;
 	size_t nio = 0;
@@ -271,7 +272,7 @@ static long write_once(struct sb_buf *buf, const size_t *idx, size_t n,
 	d = sbi_disk_peek(pool);
 	if (!d)
 		return -EIO;
-	r = sbi_spill_alloc(d, n, slots);
+	r = sbi_spill_alloc(d, n, slots, kept);
 	if (r < 0)
 		return r;
 	r = freeze(buf, idx, n);
@@ -279,7 +280,7 @@ static long write_once(struct sb_buf *buf, const size_t *idx, size_t n,
 		sbi_spill_free(d, slots, n);
 		return r;
 	}
-	r = sbi_spill_prealloc(d, slots, n);
+	r = sbi_spill_prealloc(d, slots, kept, n);
 	if (r < 0)
 		goto failed;
 	sbi_io_wait_init(&w, n);

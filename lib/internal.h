@@ -1352,10 +1352,15 @@ uint64_t sbi_disk_gen(struct sbi_disk *d);
 void sbi_disk_wait_gen(struct sbi_disk *d, uint64_t gen, int timeout_ms);
 
 /* Spill slots (spill.c), each one pool page of the spill file. */
-int sbi_spill_alloc(struct sbi_disk *d, size_t n, uint32_t *slots);
-/* Give slots[0..n) their blocks before they are written (spill.c says
- * why): 0, -ENOSPC, or -errno. */
-int sbi_spill_prealloc(struct sbi_disk *d, const uint32_t *slots, size_t n);
+/* n slots into slots[]; bit k of kept[(n + 63) / 64] set when slots[k]
+ * still has its blocks (freed, not yet punched). */
+int sbi_spill_alloc(struct sbi_disk *d, size_t n, uint32_t *slots,
+		    uint64_t *kept);
+/* Give slots[0..n) that have no blocks (kept, from sbi_spill_alloc) their
+ * blocks before they are written (spill.c says why): 0, -ENOSPC, or
+ * -errno. */
+int sbi_spill_prealloc(struct sbi_disk *d, const uint32_t *slots,
+		       const uint64_t *kept, size_t n);
 /* Drop one holder of each slot; the last one frees it. Its blocks go back
  * to the file system later, once the disk tier is quiet (spill.c). */
 void sbi_spill_free(struct sbi_disk *d, const uint32_t *slots, size_t n);

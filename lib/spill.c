@@ -172,11 +172,13 @@ static void set_punch(struct sbi_disk *d, uint32_t s, bool due)
 	}
 }
 
-int sbi_spill_alloc(struct sbi_disk *d, size_t n, uint32_t *slots)
+int sbi_spill_alloc(struct sbi_disk *d, size_t n, uint32_t *slots,
+		    uint64_t *kept)
 {
 	size_t got = 0;
 	int r;
 
+	memset(kept, 0, (n + 63) / 64 * sizeof(*kept));
 	pthread_mutex_lock(&d->spill_lock);
 	r = spill_init(d);
 	if (r < 0)
@@ -194,7 +196,9 @@ int sbi_spill_alloc(struct sbi_disk *d, size_t n, uint32_t *slots)
 		}
 		if (!slot_used(d, s)) {
 			d->slot_bits[s / 64] |= 1ull << (s % 64);
-			set_punch(d, s, false);	/* its blocks are reused */
+			if (punch_due(d, s))	/* its blocks are reused */
+				kept[got / 64] |= 1ull << (got % 64);
+			set_punch(d, s, false);
 			slots[got++] = s;
 			if (s + 1 > d->slot_hi)
 				d->slot_hi = s + 1;
@@ -208,15 +212,30 @@ out:
 	return r;
 }
 
-int sbi_spill_prealloc(struct sbi_disk *d, const uint32_t *slots, size_t n)
+static bool kept_bit(const uint64_t *kept, size_t k)
+{
+	return kept[k / 64] >> (k % 64) & 1;
+}
+
+int sbi_spill_prealloc(struct sbi_disk *d, const uint32_t *slots,
+		       const uint64_t *kept, size_t n)
 {
 	if (!d->spill_direct || __atomic_load_n(&d->prealloc_off,
 						__ATOMIC_RELAXED))
 		return 0;
+	/* Runs of consecutive slots without blocks: a slot that kept its
+	 * blocks needs no fallocate, which would wait for every direct
+	 * read in flight on the file (ext4, inode_dio_wait). */
 	for (size_t k = 0, e; k < n; k = e) {
 		int r;
 
-		for (e = k + 1; e < n && slots[e] == slots[e - 1] + 1; e++)
+		if (kept_bit(kept, k)) {
+			e = k + 1;
+			continue;
+		}
+		for (e = k + 1; e < n && !kept_bit(kept, e) &&
+				slots[e] == slots[e - 1] + 1;
+		     e++)
 			;
 		do
 			r = fallocate(d->spill_fd, 0,
