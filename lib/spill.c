@@ -224,8 +224,9 @@ int sbi_spill_prealloc(struct sbi_disk *d, const uint32_t *slots,
 						__ATOMIC_RELAXED))
 		return 0;
 	/* Runs of consecutive slots without blocks: a slot that kept its
-	 * blocks needs no fallocate, which would wait for every direct
-	 * read in flight on the file (ext4, inode_dio_wait). */
+	 * blocks needs no fallocate, which takes the inode lock and on ext4
+	 * waits for the direct I/O in flight on the file
+	 * (inode_dio_wait). */
 	for (size_t k = 0, e; k < n; k = e) {
 		int r;
 
