@@ -491,7 +491,13 @@ struct sb_pool {
 	pthread_cond_t ready_cond;	/* work for the ready thread */
 	pthread_cond_t busy_cond;	/* a BUSY page changed state */
 	uint64_t busy_gen;		/* bumped when a BUSY page is done */
-	uint64_t alloc_seq;		/* bumped by every allocation and free */
+	/* Bumped by the allocations and frees that give the ready thread
+	 * work (the reserve drawn on, pages freed); not by a home page's
+	 * (home.c), which needs nothing made ready. The ready thread polls
+	 * while it moves, and a polling thread keeps the process on the
+	 * other CPU: every TLB flush (a release's punch) then interrupts it,
+	 * 40 us more a flush in a VM (docs/design.md, "The ready thread"). */
+	uint64_t alloc_seq;
 	int caller_cpu;			/* CPU of the last allocating thread */
 	bool ready_idle;		/* the ready thread sleeps long: wake it */
 	bool stopping;

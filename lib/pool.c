@@ -490,7 +490,6 @@ static int take_home(struct sb_pool *pool, sbi_pid p, unsigned flags)
 	pool->evicted--;
 	pool->used++;
 	pool->resident++;
-	pool->alloc_seq++;
 	return 0;
 }
 
@@ -972,7 +971,6 @@ void sbi_pool_mark_evicted(struct sb_pool *pool, const sbi_pid *pids,
 		pool->evicted++;
 		__atomic_store_n(&h->raddr[i], 0, __ATOMIC_RELAXED);
 	}
-	pool->alloc_seq++;
 	pthread_mutex_unlock(&pool->lock);
 }
 
@@ -990,7 +988,6 @@ void sbi_pool_drop_evicted(struct sb_pool *pool, const sbi_pid *pids,
 		h->nevicted--;
 		pool->evicted--;
 	}
-	pool->alloc_seq++;
 	pthread_mutex_unlock(&pool->lock);
 }
 
@@ -1015,7 +1012,6 @@ void sbi_pool_swap_kept(struct sb_pool *pool, sbi_pid from, sbi_pid kept)
 	kh->nevicted--;
 	kh->nused++;
 	pool->evicted--;
-	pool->alloc_seq++;
 	pthread_mutex_unlock(&pool->lock);
 }
 
@@ -1076,7 +1072,6 @@ int sbi_pool_add_home(struct sb_pool *pool, size_t npages, uint32_t *slots)
 			g->nevicted = 0;
 		}
 	}
-	pool->alloc_seq++;
 	pthread_mutex_unlock(&pool->lock);
 	for (k = 0; k < made; k++)
 		if (h[k])

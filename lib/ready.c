@@ -314,8 +314,8 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready)
 		sbi_page_set_done(pool, h, i, SBI_PG_UNBACKED);
 		released++;
 	}
-	if (all_ready)
-		pool->trimming--;
+	if (all_ready && --pool->trimming == 0)
+		pthread_cond_signal(&pool->ready_cond);	/* touches may wait */
 	return released;
 }
 
@@ -385,8 +385,12 @@ static void ready_wait(struct sb_pool *pool, uint64_t *seen, unsigned *polls)
 		*polls = 0;
 	}
 	/* Set with the touch queue's lock held: a touch queued since we
-	 * looked either is seen here or sees the flag (touch.c). */
-	if (sbi_touch_set_idle(pool, ++*polls > HOT_POLLS)) {
+	 * looked either is seen here or sees the flag (touch.c). Not while
+	 * sb_pool_trim runs: the loop leaves touches alone then, and going
+	 * round again without this wait would keep pool->lock, which the
+	 * trim waits for, for ever (it signals when it is done). */
+	if (sbi_touch_set_idle(pool, ++*polls > HOT_POLLS) &&
+	    !pool->trimming) {
 		__atomic_store_n(&pool->ready_idle, false, __ATOMIC_RELAXED);
 		return;
 	}

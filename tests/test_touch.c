@@ -9,7 +9,9 @@
  * their own page only. */
 #include "harness.h"
 
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 
 #define PAGE (64 * KiB)
 
@@ -219,6 +221,65 @@ static void touch_settings(long first_access_ns)
 	       "%llu of 16 (the probe's choice)\n", (unsigned long long)want);
 }
 
+/*
+ * sb_pool_trim while touches are queued: the ready thread leaves touches
+ * alone while a trim runs, and it used to go round its loop again at once
+ * when touches were queued, never sleeping, so never letting go of
+ * pool->lock, which the trim (between two punches) waited for: every
+ * thread of the pool hung (test_chaos on a shadow-paging host, where
+ * touches are on by default). A hang here is killed by the alarm.
+ */
+static _Atomic bool trim_stop;
+
+static void *trimmer(void *arg)
+{
+	struct sb_pool *p = arg;
+	long n = 0;
+
+	while (!atomic_load(&trim_stop)) {
+		CHECK(sb_pool_trim(p) >= 0);
+		n++;
+	}
+	return (void *)n;
+}
+
+static void trim_under_touch(void)
+{
+	struct sb_pool *p = make_pool(PAGE, 256 * PAGE, 0);
+	struct sb_buf *b[2] = {make_buf(p, 64 * PAGE, 0),
+			       make_buf(p, 64 * PAGE, 0)};
+	uint64_t t0;
+	pthread_t t;
+	void *trims;
+	int rounds = 0;
+
+	alarm(60);
+	atomic_store(&trim_stop, false);
+	CHECK_EQ(pthread_create(&t, NULL, trimmer, p), 0);
+	/* One buffer's pages placed (their touches queued) while the
+	 * other's are freed (pages for the trim to punch). */
+	CHECK_EQ(sb_buf_map(b[0], 0, 64 * PAGE), 64);
+	for (double end = now_s() + 1.5; now_s() < end; rounds++) {
+		CHECK_EQ(sb_buf_map(b[(rounds + 1) % 2], 0, 64 * PAGE), 64);
+		CHECK_EQ(sb_buf_unmap(b[rounds % 2], 0, 64 * PAGE), 64);
+	}
+	atomic_store(&trim_stop, true);
+	CHECK_EQ(pthread_join(t, &trims), 0);
+	/* And touches go on after the trims. */
+	t0 = stats(p).pages_touched;
+	CHECK_EQ(sb_buf_map(b[(rounds + 1) % 2], 0, 16 * PAGE), 16);
+	CHECK(touched_at_least(p, t0 + 1) > t0);
+	alarm(0);
+	CHECK_EQ(stats(p).pages_used, 80);
+	VERIFY(p);
+	sb_buf_destroy(b[0]);
+	sb_buf_destroy(b[1]);
+	sb_pool_destroy(p);
+	printf("%d rounds of 64 pages placed and freed beside %ld trims: no "
+	       "hang\n",
+	       rounds, (long)trims);
+}
+
 static int main_test(void)
 {
 	struct sb_features f;
@@ -243,6 +304,7 @@ static int main_test(void)
 	}
 	unmap_under_touch();
 	release_after_fault();
+	trim_under_touch();
 	printf("ok\n");
 	return 0;
 }
