@@ -210,6 +210,10 @@ struct flash {
 	size_t max_bytes;
 	size_t map_bytes;	/* what vm.max_map_count leaves room for */
 	size_t page_size;	/* the pool's */
+	/* Ranges to unmap, gathered and released in one call (unmap_flush):
+	 * a file buffer releases its pages a batch of runs at a time. */
+	struct sb_range ur[512];
+	size_t nur;
 };
 
 static size_t bundle_off(const struct flash *f, int l, int32_t i)
@@ -244,14 +248,35 @@ static void forget(struct flash *f, int l, int32_t i)
 	}
 }
 
-/* Unmap [off, off+len) of the FFN buffer, counting the pages. */
-static int unmap_bytes(struct flash *f, size_t off, size_t len)
+/* Unmap the ranges gathered, counting the pages. */
+static int unmap_flush(struct flash *f)
 {
-	long r = sb_buf_unmap(f->buf, off, len);
+	long r = f->nur ? sb_buf_unmap_ranges(f->buf, f->ur, f->nur) : 0;
 
+	f->nur = 0;
 	if (r < 0)
 		return (int)r;
 	f->unmapped += (uint64_t)r;
+	return 0;
+}
+
+/* Unmap [off, off+len) of the FFN buffer: gathered, merged with the range
+ * before when adjacent; unmap_flush releases them. */
+static int unmap_bytes(struct flash *f, size_t off, size_t len)
+{
+	struct sb_range *last = f->nur ? &f->ur[f->nur - 1] : NULL;
+
+	if (last && last->off + last->len == off) {
+		last->len += len;
+		return 0;
+	}
+	if (f->nur == sizeof(f->ur) / sizeof(f->ur[0])) {
+		int r = unmap_flush(f);
+
+		if (r < 0)
+			return r;
+	}
+	f->ur[f->nur++] = (struct sb_range){off, len};
 	return 0;
 }
 
@@ -292,7 +317,7 @@ static int release_leavers(struct flash *f, int l, int k)
 		f->unmapped += (uint64_t)r;
 		i = j;
 	}
-	return 0;
+	return unmap_flush(f);
 }
 
 /*
@@ -404,7 +429,13 @@ static int release_lru(struct flash *f, int l, size_t need, bool done)
 		roff = off;
 		rlen = len;
 	}
-	return rlen ? unmap_bytes(f, roff, rlen) : 0;
+	if (rlen) {
+		int r = unmap_bytes(f, roff, rlen);
+
+		if (r < 0)
+			return r;
+	}
+	return unmap_flush(f);
 }
 
 /* What the window holds, in bytes: its own count, or the pool's pages in

@@ -346,40 +346,27 @@ static bool unmap_home(struct sb_buf *buf, size_t i, struct home_batch *hb)
 	return true;
 }
 
-static long unmap(struct sb_buf *buf, size_t off, size_t len)
+/* Release the pages of span sp (locks held): home pages into hb, the
+ * rest the common way. Adds to *released; 0 or -errno. */
+static long unmap_span(struct sb_buf *buf, struct sbi_span sp,
+		       struct home_batch *hb, size_t *released)
 {
-	struct sb_pool *pool;
-	struct sbi_span sp;
-	size_t released = 0;
+	struct sb_pool *pool = buf->pool;
 	sbi_ptref batch[256];
-	struct home_batch hb = {.n = 0, .released = 0};
-	long r;
+	long r = 0;
 
-	if ((r = sbi_check_buf(buf)) < 0)
-		return r;
-	if ((r = sbi_check_range(buf, off, len)) < 0)
-		return r;
-	pool = buf->pool;
-	/* Only pages lying wholly inside the range. */
-	sp = sbi_span_inside(pool, off, len);
-	if (sp.first >= sp.end)
-		return 0;
-	/* An earlier prefetch must not place pages after this release. */
-	sbi_prefetch_cancel(buf, sp.first, sp.end);
-
-	pthread_rwlock_rdlock(&pool->layout);
-	pthread_mutex_lock(&buf->lock);
+	SBI_HELD(&buf->lock);
 	for (size_t i = sp.first, next; i < sp.end && r >= 0; i = next) {
 		size_t j = i + 1;
 		bool home_ends = false;
 
 		next = i + 1;
-		if (!occupied(buf->pte[i]) || unmap_home(buf, i, &hb))
+		if (!occupied(buf->pte[i]) || unmap_home(buf, i, hb))
 			continue;
 		/* A run of pages that go the common way; a home page ends
 		 * it (and is taken care of). */
 		while (j < sp.end && j - i < 256 && occupied(buf->pte[j]) &&
-		       !(home_ends = unmap_home(buf, j, &hb)))
+		       !(home_ends = unmap_home(buf, j, hb)))
 			j++;
 		next = home_ends ? j + 1 : j;
 		r = sbi_vma_unplace(buf, i, j - i);
@@ -390,12 +377,43 @@ static long unmap(struct sb_buf *buf, size_t off, size_t len)
 		for (size_t t = i; t < j; t++)
 			if (!sbi_pte_has_page(buf->pte[t]))
 				sbi_pte_release(buf, buf->pte[t]);
-		released += take_ptes(buf, i, j, batch);
+		*released += take_ptes(buf, i, j, batch);
 		/* A file's pages can always be read again. */
 		if (buf->flags & SBI_BUF_RO)
 			for (size_t t = i; t < j; t++)
 				buf->pte[t] = SBI_PTE_DISK;
 		sbi_pool_put(pool, batch, j - i);
+	}
+	return r;
+}
+
+/* Release the pages lying wholly inside each of n ranges, checked: one
+ * taking of the locks, and a file buffer's home pages released in batches
+ * across the ranges (home.c: a batch costs a TLB flush, not a page). */
+static long unmap(struct sb_buf *buf, const struct sb_range *ranges,
+		  size_t n)
+{
+	struct sb_pool *pool = buf->pool;
+	struct home_batch hb = {.n = 0, .released = 0};
+	size_t released = 0;
+	long r = 0;
+
+	/* An earlier prefetch must not place pages after this release. */
+	for (size_t k = 0; k < n; k++) {
+		struct sbi_span sp =
+			sbi_span_inside(pool, ranges[k].off, ranges[k].len);
+
+		if (sp.first < sp.end)
+			sbi_prefetch_cancel(buf, sp.first, sp.end);
+	}
+	pthread_rwlock_rdlock(&pool->layout);
+	pthread_mutex_lock(&buf->lock);
+	for (size_t k = 0; k < n && r >= 0; k++) {
+		struct sbi_span sp =
+			sbi_span_inside(pool, ranges[k].off, ranges[k].len);
+
+		if (sp.first < sp.end)
+			r = unmap_span(buf, sp, &hb, &released);
 	}
 	if (hb.n)
 		home_flush(buf, &hb);
@@ -408,12 +426,25 @@ static long unmap(struct sb_buf *buf, size_t off, size_t len)
 
 SB_API long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len)
 {
+	return sb_buf_unmap_ranges(buf, &(struct sb_range){off, len}, 1);
+}
+
+SB_API long sb_buf_unmap_ranges(struct sb_buf *buf,
+				const struct sb_range *ranges, size_t n)
+{
 	long r;
 
 	if ((r = sbi_check_buf(buf)) < 0)
 		return r;
+	if (n && !ranges)
+		return -EINVAL;
+	/* Every range checked before anything is released. */
+	for (size_t k = 0; k < n; k++)
+		if ((r = sbi_check_range(buf, ranges[k].off, ranges[k].len)) <
+		    0)
+			return r;
 	sbi_vma_fg_begin(buf->pool);
-	r = unmap(buf, off, len);
+	r = unmap(buf, ranges, n);
 	sbi_vma_fg_end(buf->pool);
 	return r;
 }

@@ -23,10 +23,17 @@
  *     through the heap's own mapping when no read buffer is free: io.c,
  *     sbi_io_bounce_init, says why); a touch meanwhile, a missing or a
  *     minor fault, waits for the read; done, the page is mapped where it
- *     is (UFFDIO_CONTINUE: mmap lock for reading);
+ *     is (UFFDIO_CONTINUE: mmap lock for reading). A clean home
+ *     (buf->home_clean, where no folio is larger than a page) is
+ *     registered MISSING only and maps nothing: its page-ins always go
+ *     through a read buffer, so a page appears in the memfd only whole
+ *     4 KiB by 4 KiB, checked, and the first touch takes the kernel's own
+ *     fault, which maps it clean;
  *   - a release (unmap, or eviction of the clean page) punches the home
  *     page (fallocate: no mmap lock at all), which takes its page-table
- *     entries with it, and reserves it again.
+ *     entries with it, and reserves it again. A clean home drops a whole
+ *     batch's entries first, one TLB flush (drop_entries), where a punch
+ *     of a mapped page costs a flush each.
  * The buffer keeps one mapping per heap, whatever its pages do. The price:
  * a page read in gets fresh memory from the memfd (a write that covers it
  * leaves it unzeroed), where the common way reads into a page freed
@@ -45,7 +52,11 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 bool sbi_home_is(const struct sb_buf *buf, size_t i)
 {
@@ -141,10 +152,18 @@ int sbi_home_setup(struct sb_buf *buf)
 	size_t nheaps = (buf->npages + pph - 1) / pph, k;
 	uint32_t *home;
 	uint64_t *lost, *cancel;
+	struct sbi_disk *d = sbi_disk_peek(pool);
 	int r = 0;
 
 	if (!pool->can_home || !fds_to_spare(nheaps))
 		return 0;
+	/* Clean where every read can go through a read buffer, and where a
+	 * punch frees what it punches (no folio larger than a page, which
+	 * a punch could leave zeroed in place: only a minor fault catches
+	 * the touch of that). */
+	buf->home_clean = d && sbi_io_bounce_fits(d->io, pool->page_size) &&
+			  !pool->big_folios &&
+			  sbi_shmem_folio_bytes() <= pool->page_size;
 	buf->home_heaps = nheaps;
 	home = calloc(nheaps, sizeof(*home));
 	lost = calloc((buf->npages + 63) / 64, sizeof(*lost));
@@ -179,6 +198,7 @@ int sbi_home_setup(struct sb_buf *buf)
 		sbi_warn("buffer %u: no home mapping (%s); pages are mapped "
 			 "one by one",
 			 buf->id, strerror(-r));
+		buf->home_clean = false;
 		r = sbi_vma_unplace(buf, 0, buf->npages);
 	}
 	pthread_mutex_unlock(&buf->lock);
@@ -204,6 +224,7 @@ int sbi_home_setup(struct sb_buf *buf)
 
 void sbi_home_free(struct sb_buf *buf)
 {
+	buf->home_clean = false;
 	atomic_fetch_sub(&home_heaps, buf->home_heaps);
 	buf->home_heaps = 0;
 	free(buf->home);
@@ -211,6 +232,48 @@ void sbi_home_free(struct sb_buf *buf)
 	free(buf->home_cancel);
 	buf->home = NULL;
 	buf->home_lost = buf->home_cancel = NULL;
+}
+
+/* process_madvise(MADV_DONTNEED) on this process: refused before Linux
+ * 6.13 (the advice was not allowed), then never asked again. */
+static _Atomic bool no_self_madvise;
+
+/*
+ * Drop the page-table entries of pages idx[0..n) (runs of neighbours), in
+ * one system call. A punch zaps the entries of what it frees and flushes
+ * the TLB once per call: with a page per call, that flush was most of a
+ * release (11 us a page with the other CPU idle, 50 us with a thread of
+ * this process running there, on a host that shadows page tables). The
+ * kernel batches the flush of clean entries across the ranges of one
+ * process_madvise (dirty shared entries it must flush one range at a
+ * time, and UFFDIO_CONTINUE makes every entry dirty: hence clean homes).
+ * Best effort: what is left, the punch zaps. buf->lock held.
+ */
+static void drop_entries(struct sb_buf *buf, const size_t *idx, size_t n)
+{
+	struct sb_pool *pool = buf->pool;
+	struct iovec iov[SBI_HOME_BATCH];
+	size_t m = 0;
+	int pidfd;
+
+	if (atomic_load_explicit(&no_self_madvise, memory_order_relaxed))
+		return;
+	for (size_t k = 0, j; k < n; k = j) {
+		for (j = k + 1; j < n && idx[j] == idx[j - 1] + 1; j++)
+			;
+		iov[m].iov_base = buf->base + (idx[k] << pool->page_shift);
+		iov[m++].iov_len = (j - k) << pool->page_shift;
+	}
+	/* Opened each time: a descriptor kept would name the parent in a
+	 * child after fork, and this costs two system calls a batch. */
+	pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	if (pidfd < 0)
+		return;
+	if (syscall(SYS_process_madvise, pidfd, iov, m, MADV_DONTNEED, 0) <
+		    0 &&
+	    (errno == EINVAL || errno == ENOSYS || errno == EPERM))
+		atomic_store(&no_self_madvise, true);
+	close(pidfd);
 }
 
 void sbi_home_release(struct sb_buf *buf, const size_t *idx, size_t n)
@@ -223,6 +286,10 @@ void sbi_home_release(struct sb_buf *buf, const size_t *idx, size_t n)
 		return;
 	for (size_t k = 0; k < n; k++)
 		pids[k] = sbi_home_pid(buf, idx[k]);
+	/* A touch meanwhile maps the page again (it is whole in the memfd
+	 * until the punch); the punch then zaps that entry too. */
+	if (buf->home_clean)
+		drop_entries(buf, idx, n);
 	/* The memory first (the accounting never shows less than the pool
 	 * holds), a run of neighbours at a time. The punch takes the
 	 * buffer's page-table entries too: a touch from here on is a

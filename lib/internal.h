@@ -1038,6 +1038,10 @@ struct sb_buf {
 	uint32_t *home;
 	uint64_t *home_lost, *home_cancel;
 	size_t home_heaps;	/* counted against the descriptors (home.c) */
+	/* Home pages mapped by the kernel's own faults, clean (home.c,
+	 * "Clean home mappings"): registered MISSING only, every read
+	 * through a read buffer. Immutable once the buffer is returned. */
+	bool home_clean;
 };
 
 /* Pages [first, end) of a buffer. */
@@ -1261,6 +1265,11 @@ struct sbi_io {
 	 * engine sets bounce when the read enters the ring, and done() gives
 	 * it back (sbi_io_bounce_put) once it has taken the data. */
 	bool may_bounce;
+	/* And waits for one rather than go straight into mem: a clean home
+	 * page (home.c) must not appear in the memfd before its data is
+	 * checked and whole. Only where the engine has read buffers of at
+	 * least len bytes (sbi_io_bounce_fits). */
+	bool must_bounce;
 	void *bounce;
 	int inject;		/* test hook: fail with this -errno */
 };
@@ -1293,6 +1302,8 @@ unsigned sbi_io_wakes_pending(struct sbi_io_engine *e);
  * ring. 0 or -errno (reads then go straight into their mem). */
 int sbi_io_bounce_init(struct sbi_io_engine *e, size_t size, unsigned n);
 void sbi_io_bounce_put(struct sbi_io_engine *e, struct sbi_io *io);
+/* Whether the engine has read buffers of at least len bytes. */
+bool sbi_io_bounce_fits(struct sbi_io_engine *e, size_t len);
 /* For tests: read buffers made, and those not given out now. */
 void sbi_io_bounce_count(struct sbi_io_engine *e, unsigned *n,
 			 unsigned *free);

@@ -217,6 +217,27 @@ static void bounce_take(struct sbi_io_engine *e, struct sbi_io *io)
 				     e->bounce_size;
 }
 
+/* Whether io may start now: one that must have a read buffer waits for
+ * one to be free (one is given back as each read finishes). */
+static bool may_start(const struct sbi_io_engine *e, const struct sbi_io *io)
+{
+	SBI_HELD(&e->lock);
+	return !io->must_bounce || io->bounce || e->nbounce_free;
+}
+
+bool sbi_io_bounce_fits(struct sbi_io_engine *e, size_t len)
+{
+	bool r;
+
+	pthread_mutex_lock(&e->lock);
+	r = e->nbounce && len <= e->bounce_size;
+	pthread_mutex_unlock(&e->lock);
+	return r;
+}
+
+static unsigned fill_ring(struct sbi_io_engine *e);
+static void submit_ring(struct sbi_io_engine *e);
+
 void sbi_io_bounce_put(struct sbi_io_engine *e, struct sbi_io *io)
 {
 	if (!io->bounce)
@@ -224,6 +245,16 @@ void sbi_io_bounce_put(struct sbi_io_engine *e, struct sbi_io *io)
 	pthread_mutex_lock(&e->lock);
 	e->bounce_free[e->nbounce_free++] =
 		(uint16_t)(((char *)io->bounce - e->bounce) / e->bounce_size);
+	/* A read waiting for a buffer goes now: nothing else might move
+	 * it (the ring may hold nothing else to finish). */
+	if (e->pending.head && e->pending.head->must_bounce) {
+		if (e->uring) {
+			if (fill_ring(e))
+				submit_ring(e);
+		} else {
+			pthread_cond_broadcast(&e->work_cond);
+		}
+	}
 	pthread_mutex_unlock(&e->lock);
 	io->bounce = NULL;
 }
@@ -262,7 +293,8 @@ static unsigned fill_ring(struct sbi_io_engine *e)
 	SBI_HELD(&e->lock);
 	unsigned n = 0;
 
-	while (e->pending.head && e->in_ring < RING_DEPTH) {
+	while (e->pending.head && e->in_ring < RING_DEPTH &&
+	       may_start(e, e->pending.head)) {
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
 		struct sbi_io *io;
 
@@ -416,14 +448,15 @@ static void *worker(void *arg)
 	sbi_thread_internal();
 	pthread_mutex_lock(&e->lock);
 	for (;;) {
-		struct sbi_io *io = q_pop(&e->pending);
+		struct sbi_io *io = e->pending.head;
 
-		if (!io) {
-			if (e->stopping)
+		if (!io || (!may_start(e, io) && !e->stopping)) {
+			if (!io && e->stopping)
 				break;
 			pthread_cond_wait(&e->work_cond, &e->lock);
 			continue;
 		}
+		q_pop(&e->pending);
 		bounce_take(e, io);
 		pthread_mutex_unlock(&e->lock);
 		io->res = do_sync(io);

@@ -207,7 +207,11 @@ static long map_in(struct sb_buf *buf, const struct sbi_io *io)
 
 	sbi_count(&pool->n_pages_in, 1);
 	sbi_count(&pool->n_bytes_read, (uint64_t)io->res);
-	/* A home page (home.c) was read into in place: map it there. */
+	/* A home page (home.c) was read into in place: map it there. A
+	 * clean one is mapped by the touch that wants it (the kernel's own
+	 * fault: a clean entry, which a release drops a batch at a time). */
+	if (io->home && buf->home_clean)
+		return (long)io->pid;
 	if (io->home) {
 		r = sbi_vma_continue(buf, io->idx);
 		if (r == 0)
@@ -479,8 +483,10 @@ int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
 		sbi_pool_mark_io(pool, pid, true);
 	io->mem = sbi_pid_mem(pool, pid);
 	/* A home page's read goes through a read buffer when one is free
-	 * (io.c, sbi_io_bounce_init, says why), else straight into it. */
+	 * (io.c, sbi_io_bounce_init, says why), else straight into it; a
+	 * clean one's always (home.c): it waits for a buffer. */
 	io->may_bounce = home;
+	io->must_bounce = home && buf->home_clean;
 	io->inject = ahead ? 0 : injected_failure();
 	sbi_src_where(buf, idx, old, &io->fd, &io->off, &io->len);
 	buf->pte[idx] = io->pte;

@@ -182,13 +182,17 @@ int sbi_vma_map_home(struct sb_buf *buf, size_t idx, size_t n,
 	/* Nothing can touch the range yet (the buffer is not returned), so
 	 * no page appears in a hole before the registration. MINOR: a page
 	 * being read into (in the memfd, not yet mapped here) faults to the
-	 * handler too, which waits for the read. */
+	 * handler too, which waits for the read. Not for a clean home
+	 * (home.c): its pages appear in the memfd only whole and checked,
+	 * and the kernel maps them where they are touched. */
 	if (fixed_map(addr, len, buf_prot(buf), MAP_SHARED, h->fd, 0) ==
 	    MAP_FAILED)
 		return map_error(errno);
 	return sbi_uffd_register(buf->pool->uffd, addr, len,
 				 UFFDIO_REGISTER_MODE_MISSING |
-					 UFFDIO_REGISTER_MODE_MINOR);
+					 (buf->home_clean
+						  ? 0
+						  : UFFDIO_REGISTER_MODE_MINOR));
 }
 
 /*

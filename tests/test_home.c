@@ -75,6 +75,21 @@ static bool home_holds_data(struct sb_buf *b, size_t i)
 	return false;
 }
 
+/* Whether the 4 KiB at addr has a page-table entry (pagemap's present
+ * bit). */
+static bool pte_present(const void *addr)
+{
+	uint64_t e = 0;
+	int fd = open("/proc/self/pagemap", O_RDONLY);
+
+	CHECK(fd >= 0);
+	CHECK_EQ(pread(fd, &e, sizeof(e), (off_t)((uintptr_t)addr / 4096 *
+						  sizeof(e))),
+		 (ssize_t)sizeof(e));
+	close(fd);
+	return e >> 63;
+}
+
 static const char *make_file(void)
 {
 	return disk_make_file("weights.bin", FILE_BYTES, SEED);
@@ -129,6 +144,7 @@ static void cycles(struct sb_buf *b, long maps0, int rounds)
 	struct sb_pool *p = sb_buf_pool(b);
 	uint64_t s = 0x9e3779b97f4a7c15ull;
 	size_t idx[NPAGES];
+	struct sb_range ranges[NPAGES];
 
 	for (int round = 0; round < rounds; round++) {
 		size_t n = 0;
@@ -143,20 +159,23 @@ static void cycles(struct sb_buf *b, long maps0, int rounds)
 				FAIL("round %d: page %zu is not the file's",
 				     round, idx[k]);
 		}
+		/* Odd rounds: the runs in one sb_buf_unmap_ranges. */
+		n = 0;
 		for (size_t i = 0; i < NPAGES;) {
 			size_t run = 1 + rng_next(&s) % 4;
 
 			if (i + run > NPAGES)
 				run = NPAGES - i;
-
-			if (i + run > NPAGES)
-				run = NPAGES - i;
-
-			if (rng_next(&s) % 2)
+			if (rng_next(&s) % 2 && round % 2)
+				ranges[n++] = (struct sb_range){i * PAGE,
+								run * PAGE};
+			else if (rng_next(&s) % 2)
 				CHECK(sb_buf_unmap(b, i * PAGE, run * PAGE) >=
 				      0);
 			i += run;
 		}
+		if (n)
+			CHECK(sb_buf_unmap_ranges(b, ranges, n) >= 0);
 		if (maps0 >= 0)
 			CHECK_EQ(maps_in(sb_buf_addr(b), FILE_BYTES), maps0);
 		VERIFY(p);
@@ -277,6 +296,43 @@ static int child(const char *name)
 	/* One mapping per home heap, nothing else. */
 	maps0 = maps_in(sb_buf_addr(b), FILE_BYTES);
 	CHECK_EQ(maps0, nheaps);
+	/* Clean (pages mapped by the kernel's faults) wherever a punch
+	 * frees what it punches. */
+	CHECK_EQ(b->home_clean, !p->big_folios &&
+				       sbi_shmem_folio_bytes() <= PAGE);
+	printf("home mapping: %s\n",
+	       b->home_clean ? "clean (kernel faults)" : "UFFDIO_CONTINUE");
+
+	/* 0. sb_buf_unmap_ranges: a bad range releases nothing; then the
+	 * pages of every range go, their entries and memory with them,
+	 * and read as the file's bytes again. */
+	{
+		size_t idx8[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+		char *x = sb_buf_addr(b);
+		struct sb_range bad[2] = {{0, 2 * PAGE}, {FILE_BYTES, PAGE}};
+		struct sb_range good[3] = {
+			{0, PAGE}, {2 * PAGE, PAGE}, {4 * PAGE, 2 * PAGE}};
+
+		CHECK(prefetch_pages(b, idx8, 8, SB_PREFETCH_WAIT) >= 0);
+		for (size_t i = 0; i < 8; i++)
+			CHECK(page_ok(b, i));
+		CHECK_EQ(sb_buf_unmap_ranges(b, bad, 2), -ERANGE);
+		CHECK_EQ(sb_buf_unmap_ranges(b, NULL, 1), -EINVAL);
+		CHECK_EQ(sb_buf_unmap_ranges(b, NULL, 0), 0);
+		CHECK_EQ(sb_buf_placed(b, 0, 8 * PAGE), 8);
+		CHECK_EQ(sb_buf_unmap_ranges(b, good, 3), 4);
+		CHECK_EQ(sb_buf_placed(b, 0, 8 * PAGE), 4);
+		for (size_t i = 0; i < 8; i++) {
+			bool gone = i == 0 || i == 2 || i == 4 || i == 5;
+
+			CHECK_EQ(pte_present(x + i * PAGE), !gone);
+			CHECK_EQ(home_holds_data(b, i), !gone);
+		}
+		for (size_t i = 0; i < 8; i++)
+			CHECK(page_ok(b, i));
+		CHECK_EQ(sb_buf_unmap(b, 0, 8 * PAGE), 8);
+		VERIFY(p);
+	}
 
 	/* 1. Read in, released, read in again: the mappings stay. */
 	s0 = stats(p);

@@ -212,7 +212,10 @@ int main(int argc, char **argv)
 			       ? "pages mapped one by one (SPARSEBUF_HOME=0)"
 			       : "home mappings: pages read in and released in "
 				 "place (pool pages of 64 KiB or less), "
-				 "through up to 4 MiB of read buffers");
+				 "through up to 4 MiB of read buffers; mapped "
+				 "by the kernel's own faults and released a "
+				 "batch per TLB flush where the heap folios "
+				 "are 4 KiB (below), else by UFFDIO_CONTINUE");
 	}
 	if (f.io_uring == 1)
 		printf("io_uring:         available\n");

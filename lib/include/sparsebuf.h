@@ -258,6 +258,15 @@ struct sb_range {
 long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
 		     size_t n, unsigned flags);
 
+/* Since 0.3. sb_buf_unmap of n ranges in one call: every range is checked
+ * first (an error releases nothing), then the pages lying wholly inside
+ * each are released. Returns how many. Cheaper than one call a range when
+ * the ranges are many and small: a file buffer's pages are released a
+ * batch at a time (one TLB flush for up to 256 runs of pages, where a
+ * call of its own costs one each). Errors: those of sb_buf_unmap. */
+long sb_buf_unmap_ranges(struct sb_buf *buf, const struct sb_range *ranges,
+			 size_t n);
+
 /* ---- The disk tier ------------------------------------------------------ */
 
 /* Write the placed pages of [off, off+len) (pages wholly inside) to the
