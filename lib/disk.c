@@ -32,6 +32,7 @@ struct sbi_disk *sbi_disk_get(struct sb_pool *pool, int *err)
 		SBI_LK_RANK(&d->spill_lock, SBI_RANK_LEAF, 0);
 		SBI_LK_RANK(&d->done_lock, SBI_RANK_LEAF, 0);
 		pthread_cond_init(&d->done_cond, NULL);
+		d->done_want = UINT64_MAX;
 		pthread_cond_init(&d->punch_cond, NULL);
 		d->io = sbi_io_create(err);
 		if (!d->io) {
@@ -90,8 +91,10 @@ void sbi_disk_destroy(struct sb_pool *pool)
 void sbi_disk_signal(struct sbi_disk *d)
 {
 	pthread_mutex_lock(&d->done_lock);
-	d->done_gen++;
-	pthread_cond_broadcast(&d->done_cond);
+	if (++d->done_gen >= d->done_want) {
+		d->done_want = UINT64_MAX;	/* the rest ask again */
+		pthread_cond_broadcast(&d->done_cond);
+	}
 	pthread_mutex_unlock(&d->done_lock);
 }
 
@@ -105,7 +108,7 @@ uint64_t sbi_disk_gen(struct sbi_disk *d)
 	return g;
 }
 
-void sbi_disk_wait_gen(struct sbi_disk *d, uint64_t gen, int timeout_ms)
+void sbi_disk_wait_until(struct sbi_disk *d, uint64_t target, int timeout_ms)
 {
 	struct timespec until;
 
@@ -114,10 +117,13 @@ void sbi_disk_wait_gen(struct sbi_disk *d, uint64_t gen, int timeout_ms)
 	until.tv_sec += until.tv_nsec / 1000000000;
 	until.tv_nsec %= 1000000000;
 	pthread_mutex_lock(&d->done_lock);
-	while (d->done_gen == gen &&
-	       pthread_cond_timedwait(&d->done_cond, &d->done_lock, &until) !=
-		       ETIMEDOUT)
-		;
+	while (d->done_gen < target) {
+		if (target < d->done_want)
+			d->done_want = target;
+		if (pthread_cond_timedwait(&d->done_cond, &d->done_lock,
+					   &until) == ETIMEDOUT)
+			break;
+	}
 	pthread_mutex_unlock(&d->done_lock);
 }
 

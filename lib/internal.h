@@ -1344,10 +1344,15 @@ struct sbi_disk {
 	uint16_t *slot_extra;	/* holders beyond the first (a KV prefix read
 				 * back lazily by several sequences) */
 	uint32_t slot_cap, slot_hi, slot_hint, slots_used;
-	/* Page-in completions, for threads waiting on a range. */
+	/* Page-in completions, for threads waiting on a range: done_gen
+	 * counts them; a waiter sleeps until it reaches its target, and
+	 * done_want is the lowest target asleep (UINT64_MAX: none), so that
+	 * a completion wakes the waiters only when one of them may be done
+	 * (a read of 1100 pages woke its waiter 1100 times, each wake-up a
+	 * rescan of its ranges under the buffer's lock). */
 	pthread_mutex_t done_lock;
 	pthread_cond_t done_cond;
-	uint64_t done_gen;
+	uint64_t done_gen, done_want;
 };
 
 /* The pool's disk tier, set up on first use; NULL and *err on failure. It
@@ -1366,7 +1371,11 @@ size_t sbi_disk_spill_bytes(struct sb_pool *pool);
 void sbi_disk_signal(struct sbi_disk *d);
 
 uint64_t sbi_disk_gen(struct sbi_disk *d);
-void sbi_disk_wait_gen(struct sbi_disk *d, uint64_t gen, int timeout_ms);
+/* Sleep until done_gen reaches target, or timeout_ms. A thread waiting for
+ * n pages in flight asks for the generation it read before counting them,
+ * plus n: each of them bumps it once when it finishes, so the target is
+ * never later than its last one. */
+void sbi_disk_wait_until(struct sbi_disk *d, uint64_t target, int timeout_ms);
 
 /* Spill slots (spill.c), each one pool page of the spill file. */
 /* n slots into slots[]; bit k of kept[(n + 63) / 64] set when slots[k]

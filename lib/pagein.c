@@ -633,21 +633,22 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 		sbi_vma_wake(buf, idx);
 }
 
-static bool any_inflight(struct sb_buf *buf, const struct sbi_span *sp,
-			 size_t nsp, bool *ioerr)
+/* Pages of the spans in flight. */
+static size_t count_inflight(struct sb_buf *buf, const struct sbi_span *sp,
+			     size_t nsp, bool *ioerr)
 {
-	bool r = false;
+	size_t n = 0;
 
 	*ioerr = false;
 	pthread_mutex_lock(&buf->lock);
 	for (size_t k = 0; k < nsp; k++) {
 		for (size_t i = sp[k].first; i < sp[k].end; i++) {
-			r |= (buf->pte[i] & SBI_PTE_INFLIGHT) != 0;
+			n += (buf->pte[i] & SBI_PTE_INFLIGHT) != 0;
 			*ioerr |= (buf->pte[i] & SBI_PTE_IOERR) != 0;
 		}
 	}
 	pthread_mutex_unlock(&buf->lock);
-	return r;
+	return n;
 }
 
 long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
@@ -703,10 +704,11 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 		return queued;
 	for (;;) {
 		uint64_t gen = sbi_disk_gen(d);
+		size_t left = count_inflight(buf, sp, nsp, &ioerr);
 
-		if (!any_inflight(buf, sp, nsp, &ioerr))
+		if (!left)
 			break;
-		sbi_disk_wait_gen(d, gen, 100);
+		sbi_disk_wait_until(d, gen + left, 100);
 	}
 	if (ioerr)
 		return -EIO;
@@ -727,10 +729,11 @@ void sbi_pagein_drain(struct sb_buf *buf)
 
 	while (atomic_load(&buf->inflight)) {
 		uint64_t gen = sbi_disk_gen(d);
+		unsigned n = atomic_load(&buf->inflight);
 
-		if (!atomic_load(&buf->inflight))
+		if (!n)
 			break;
-		sbi_disk_wait_gen(d, gen, 100);
+		sbi_disk_wait_until(d, gen + n, 100);
 	}
 }
 

@@ -185,7 +185,7 @@ static int save_data(struct saver *sv, struct sbi_disk *d, size_t first,
 			break;
 		pthread_mutex_unlock(&buf->lock);
 		pthread_rwlock_unlock(&pool->layout);
-		sbi_disk_wait_gen(d, sbi_disk_gen(d), 10);
+		sbi_disk_wait_until(d, sbi_disk_gen(d) + 1, 10);
 	}
 	for (size_t i = first; i < end && r == 0; i += BATCH) {
 		size_t e = i + BATCH < end ? i + BATCH : end;

@@ -325,7 +325,10 @@ static int child(const char *name)
 		for (size_t i = 0; i < 8; i++) {
 			bool gone = i == 0 || i == 2 || i == 4 || i == 5;
 
-			CHECK_EQ(pte_present(x + i * PAGE), !gone);
+			/* (A punch inside a huge folio unmaps all of it:
+			 * the pages kept fault back in, minor faults.) */
+			if (gone || b->home_clean)
+				CHECK_EQ(pte_present(x + i * PAGE), !gone);
 			CHECK_EQ(home_holds_data(b, i), !gone);
 		}
 		for (size_t i = 0; i < 8; i++)
