@@ -341,6 +341,11 @@ static bool unmap_home(struct sb_buf *buf, size_t i, struct home_batch *hb)
 	if (!sbi_home_placed(buf, i))
 		return false;
 	hb->idx[hb->n++] = i;
+	/* Empty from here on (sbi_home_release writes it so too): a range
+	 * of sb_buf_unmap_ranges over this page again finds it empty and
+	 * does not batch it twice. */
+	buf->pte[i] = SBI_PTE_DISK | SBI_PTE_KEEP |
+		      sbi_pte_placed(sbi_home_pid(buf, i));
 	if (hb->n == SBI_HOME_BATCH)
 		home_flush(buf, hb);
 	return true;

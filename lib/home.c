@@ -235,8 +235,10 @@ void sbi_home_free(struct sb_buf *buf)
 }
 
 /* process_madvise(MADV_DONTNEED) on this process: refused before Linux
- * 6.13 (the advice was not allowed), then never asked again. */
-static _Atomic bool no_self_madvise;
+ * 6.13 (the advice was not allowed), then never asked again; once it has
+ * worked, a refusal is about those ranges (mlock: EINVAL) and the next
+ * batch asks again. */
+static _Atomic bool no_self_madvise, self_madvise_works;
 
 /*
  * Drop the page-table entries of pages idx[0..n) (runs of neighbours), in
@@ -269,9 +271,11 @@ static void drop_entries(struct sb_buf *buf, const size_t *idx, size_t n)
 	pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
 	if (pidfd < 0)
 		return;
-	if (syscall(SYS_process_madvise, pidfd, iov, m, MADV_DONTNEED, 0) <
-		    0 &&
-	    (errno == EINVAL || errno == ENOSYS || errno == EPERM))
+	if (syscall(SYS_process_madvise, pidfd, iov, m, MADV_DONTNEED, 0) >=
+	    0)
+		atomic_store(&self_madvise_works, true);
+	else if (!atomic_load(&self_madvise_works) &&
+		 (errno == EINVAL || errno == ENOSYS || errno == EPERM))
 		atomic_store(&no_self_madvise, true);
 	close(pidfd);
 }

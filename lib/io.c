@@ -459,7 +459,11 @@ static void *worker(void *arg)
 		q_pop(&e->pending);
 		bounce_take(e, io);
 		pthread_mutex_unlock(&e->lock);
-		io->res = do_sync(io);
+		/* Stopping, with no read buffer for a read that must have
+		 * one: never straight into its page (nothing is left to
+		 * read for by then: buffers go first). */
+		io->res = io->must_bounce && !io->bounce ? -ECANCELED
+							 : do_sync(io);
 		pthread_mutex_lock(&e->lock);
 		q_push(&e->done, io);
 		wake_completer(e);

@@ -333,7 +333,18 @@ static int child(const char *name)
 		}
 		for (size_t i = 0; i < 8; i++)
 			CHECK(page_ok(b, i));
-		CHECK_EQ(sb_buf_unmap(b, 0, 8 * PAGE), 8);
+		/* Overlapping ranges: each page released once. */
+		{
+			struct sb_range over[3] = {{0, 2 * PAGE},
+						   {PAGE, 2 * PAGE},
+						   {0, PAGE}};
+			uint64_t used = stats(p).pages_used;
+
+			CHECK_EQ(sb_buf_unmap_ranges(b, over, 3), 3);
+			CHECK_EQ(stats(p).pages_used, used - 3);
+			VERIFY(p);
+		}
+		CHECK_EQ(sb_buf_unmap(b, 0, 8 * PAGE), 5);
 		VERIFY(p);
 	}
 
