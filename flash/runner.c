@@ -379,7 +379,7 @@ static int release_lru(struct flash *f, int l, size_t need, bool done)
 	 * down column, as the kernel's page cache would. */
 	const int32_t *fired = f->half ? f->fired + base : NULL;
 	uint8_t *down = f->half ? f->down + base : NULL;
-	size_t unit = f->half ? f->half : f->h->bundle, roff = 0, rlen = 0;
+	size_t unit = f->half ? f->half : f->h->bundle;
 	/* This token's neurons stay, unless layer l is done with them. */
 	int32_t lim = f->tok + (done ? 1 : 0);
 	int cut;
@@ -400,8 +400,7 @@ static int release_lru(struct flash *f, int l, size_t need, bool done)
 		if (freed >= want)
 			break;
 	}
-	/* What goes, as byte ranges merged when adjacent (a down column
-	 * and the next neuron's up row are): one unmap each. */
+	/* What goes, gathered for one sb_buf_unmap_ranges. */
 	for (int32_t i = 0; i < H; i++) {
 		size_t off = bundle_off(f, l, i), len = 0;
 		int r;
@@ -418,21 +417,9 @@ static int release_lru(struct flash *f, int l, size_t need, bool done)
 			down[i] = 0;
 			f->held -= f->half;
 		}
-		if (!len)
-			continue;
-		if (rlen && roff + rlen == off) {
-			rlen += len;
-			continue;
-		}
-		if (rlen && (r = unmap_bytes(f, roff, rlen)) < 0)
-			return r;
-		roff = off;
-		rlen = len;
-	}
-	if (rlen) {
-		int r = unmap_bytes(f, roff, rlen);
-
-		if (r < 0)
+		/* (unmap_bytes merges neighbours: a down column and the
+		 * next neuron's up row are) */
+		if (len && (r = unmap_bytes(f, off, len)) < 0)
 			return r;
 	}
 	return unmap_flush(f);
