@@ -98,6 +98,26 @@ static char *reserve(size_t len, size_t align, int prot)
 	return aligned;
 }
 
+/*
+ * Whether mlockall(MCL_FUTURE) is in effect: the kernel then locks every
+ * new mapping and (without MCL_ONFAULT) populates it as it is made, before
+ * userfaultfd could see a fault, so a sparse range would hand out zero
+ * pages or all its memory at once, and MADV_DONTNEED, which releases
+ * pages, refuses locked ranges. A locked probe page says so (EINVAL).
+ */
+static bool mlock_future(void)
+{
+	void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	bool locked;
+
+	if (p == MAP_FAILED)
+		return false;
+	locked = madvise(p, 4096, MADV_DONTNEED) < 0 && errno == EINVAL;
+	munmap(p, 4096);
+	return locked;
+}
+
 struct sb_buf *sbi_buf_create(struct sb_pool *pool, size_t length,
 			      unsigned flags, struct sbi_src *src, int *err)
 {
@@ -115,6 +135,12 @@ struct sb_buf *sbi_buf_create(struct sb_pool *pool, size_t length,
 		return fail(err, r);
 	if (length > SIZE_MAX - (pool->page_size - 1))
 		return fail(err, -ENOMEM);
+	if (mlock_future()) {
+		sbi_err("no sparse buffer while mlockall(MCL_FUTURE) is in "
+			"effect: the kernel would fill and lock it as it is "
+			"made; lock other memory with mlock() instead");
+		return fail(err, -EOPNOTSUPP);
+	}
 	/* Its pages may go to disk from a fault: the disk tier (threads,
 	 * memory) is set up now, on this application thread. */
 	if ((flags & SB_BUF_EVICTABLE) && !sbi_disk_get(pool, &r))
@@ -338,6 +364,15 @@ static bool unmap_home(struct sb_buf *buf, size_t i, struct home_batch *hb)
 {
 	if (sbi_home_empty(buf, i) || sbi_home_cancel(buf, i))
 		return true;
+	/* Poisoned by a failed page-in: empty again, in place. Replacing
+	 * the mapping the common way would lose the home, and with it the
+	 * promise that a touch racing a release only ever faults (an
+	 * anonymous mapping reads zeros until it is registered). */
+	if (sbi_home_poisoned(buf, i) && sbi_vma_unpoison(buf, i) == 0) {
+		buf->pte[i] = SBI_PTE_DISK | SBI_PTE_KEEP |
+			      sbi_pte_placed(sbi_home_pid(buf, i));
+		return true;
+	}
 	if (!sbi_home_placed(buf, i))
 		return false;
 	hb->idx[hb->n++] = i;

@@ -70,6 +70,18 @@ sbi_pid sbi_home_pid(const struct sb_buf *buf, size_t i)
 	return buf->home[i / pph] * pph + (sbi_pid)(i % pph);
 }
 
+bool sbi_home_poisoned(const struct sb_buf *buf, size_t i)
+{
+	SBI_HELD(&buf->lock);
+	uint64_t pte = buf->pte[i];
+
+	/* A failed read's entry has no DISK (pagein.c); the page-in that
+	 * could not start keeps it. */
+	return sbi_home_is(buf, i) && (pte & SBI_PTE_POISON) &&
+	       (pte & ~(SBI_PTE_POISON | SBI_PTE_IOERR | SBI_PTE_DISK)) ==
+		       (SBI_PTE_KEEP | sbi_pte_placed(sbi_home_pid(buf, i)));
+}
+
 bool sbi_home_empty(const struct sb_buf *buf, size_t i)
 {
 	SBI_HELD(&buf->lock);

@@ -1024,6 +1024,10 @@ struct sb_buf {
 	 * first (sbi_buf_let_io_in), or one that takes it again and again
 	 * would keep a faulting thread waiting for its page indefinitely. */
 	_Atomic unsigned io_refused;
+	/* Page-ins whose data was read but could not be mapped
+	 * (vm.max_map_count): a waiting sbi_pagein_spans reports -ENOMEM,
+	 * not the page as placed. */
+	_Atomic unsigned map_failures;
 	/* buf->lock: 1 + the highest page index ever shared in or out (a
 	 * bound for finding pages whose other holders let go). */
 	size_t shared_hi;
@@ -1129,6 +1133,9 @@ bool sbi_home_is(const struct sb_buf *buf, size_t i);
 sbi_pid sbi_home_pid(const struct sb_buf *buf, size_t i);
 /* Home, and empty (nothing placed, no read in flight, no error). */
 bool sbi_home_empty(const struct sb_buf *buf, size_t i);
+/* Home, empty, and poisoned by a failed page-in (the budget, a read
+ * error): a touch raises SIGBUS until a release makes it empty again. */
+bool sbi_home_poisoned(const struct sb_buf *buf, size_t i);
 /* Home, and its home page placed there, held by this page alone. */
 bool sbi_home_placed(struct sb_buf *buf, size_t i);
 /* Home, and its read in flight into its home page: mark it released (the
@@ -1172,6 +1179,9 @@ int sbi_vma_protect(struct sb_buf *buf, size_t idx, size_t n, int uffd);
 int sbi_vma_unprotect(struct sb_buf *buf, size_t idx, size_t n);
 /* Make a touch of unplaced page idx raise SIGBUS, and wake its waiters. */
 int sbi_vma_poison(struct sb_buf *buf, size_t idx);
+/* Undo sbi_vma_poison of a home page (home.c) whose mapping it left in
+ * place: the kernel's poison marker goes (a punch leaves markers). */
+int sbi_vma_unpoison(struct sb_buf *buf, size_t idx);
 /* Make writes to placed page idx raise SIGBUS (copy impossible). */
 int sbi_vma_wpfail(struct sb_buf *buf, size_t idx, sbi_pid pid);
 void sbi_vma_wake(struct sb_buf *buf, size_t idx);

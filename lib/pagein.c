@@ -402,21 +402,35 @@ static bool pagein_done(struct sbi_io *io)
 			sbi_pool_evicted(pool, &io->pid, 1);
 		else
 			sbi_pool_put1(pool, io->pid);
-		sbi_count(&pool->n_sigbus, 1);
 		if (io->ok) {
 			/* Read but not mappable (vm.max_map_count): the data
-			 * stays on disk; this touch gets SIGBUS (a home
-			 * page's entry says so, as above). */
-			*pte = io->src_pte | (io->home ? SBI_PTE_POISON : 0);
+			 * stays on disk, and a sb_buf_map that asked for it
+			 * gets -ENOMEM (map_failures). A touch waiting for
+			 * it gets SIGBUS (a home page's entry says so, as
+			 * above); with no toucher the entry is left as it
+			 * was, and the next touch reads it in again. */
+			bool toucher = take_waiter(buf, io->idx);
+
+			*pte = io->src_pte |
+			       (io->home && toucher ? SBI_PTE_POISON : 0);
 			drop_slot = drop_kept = false;
+			atomic_fetch_add(&buf->map_failures, 1);
+			if (toucher) {
+				sbi_count(&pool->n_sigbus, 1);
+				poison(buf, io->idx,
+				       (io->src_pte & SBI_PTE_KEEP) != 0);
+				wake = true;
+			}
 		} else {
 			/* The kept page (if any) stays, poisoned. */
 			*pte = SBI_PTE_POISON | SBI_PTE_IOERR |
 			       (io->src_pte & (SBI_PTE_KEEP | SBI_PTE_PID));
 			drop_kept = false;
+			sbi_count(&pool->n_sigbus, 1);
+			poison(buf, io->idx,
+			       (io->src_pte & SBI_PTE_KEEP) != 0);
+			wake = true;
 		}
-		poison(buf, io->idx, (io->src_pte & SBI_PTE_KEEP) != 0);
-		wake = true;
 	}
 	if (drop_slot)
 		sbi_spill_free(d, &(uint32_t){slot1 - 1}, 1);
@@ -651,6 +665,20 @@ static size_t count_inflight(struct sb_buf *buf, const struct sbi_span *sp,
 	return n;
 }
 
+/* Whether a page of the spans is still to be read in. */
+static bool spans_want_read(struct sb_buf *buf, const struct sbi_span *sp,
+			    size_t nsp)
+{
+	bool any = false;
+
+	pthread_mutex_lock(&buf->lock);
+	for (size_t k = 0; k < nsp && !any; k++)
+		for (size_t i = sp[k].first; i < sp[k].end && !any; i++)
+			any = wants_read(buf->pte[i]);
+	pthread_mutex_unlock(&buf->lock);
+	return any;
+}
+
 long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 		      size_t nsp, bool wait)
 {
@@ -661,6 +689,7 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 	long queued = 0;
 	int r = 0;
 	bool ioerr;
+	unsigned map_failures = atomic_load(&buf->map_failures);
 
 	/* Only a buffer with data on disk comes here, and the disk tier was
 	 * set up when that data went there. */
@@ -712,6 +741,11 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 	}
 	if (ioerr)
 		return -EIO;
+	/* A page read but not mapped (the mapping limit) is not placed:
+	 * its entry says DISK again, and a touch of it gets SIGBUS. */
+	if (atomic_load(&buf->map_failures) != map_failures &&
+	    spans_want_read(buf, sp, nsp))
+		return -ENOMEM;
 	return r < 0 ? r : queued;
 }
 

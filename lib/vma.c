@@ -471,6 +471,17 @@ int sbi_vma_poison(struct sb_buf *buf, size_t idx)
 	return r;
 }
 
+int sbi_vma_unpoison(struct sb_buf *buf, size_t idx)
+{
+	SBI_HELD(&buf->lock);
+	SBI_HELD(&buf->pool->layout);
+
+	/* MADV_DONTNEED drops poison markers where a punch keeps them. */
+	if (madvise(page_addr(buf, idx), pages_len(buf, 1), MADV_DONTNEED) < 0)
+		return -errno;
+	return 0;
+}
+
 int sbi_vma_wpfail(struct sb_buf *buf, size_t idx, sbi_pid pid)
 {
 	SBI_HELD(&buf->lock);

@@ -97,6 +97,78 @@ static void evicted_back(void)
 	unlink(path);
 }
 
+/*
+ * sb_buf_map of a file buffer's pages at the limit, without home mappings
+ * (each page read in gets a mapping of its own): the read works, the
+ * mapping does not. The call used to return the page as placed while the
+ * page was left on disk and a touch of it raised SIGBUS; now it fails
+ * with -ENOMEM and the page stays on disk.
+ */
+static void file_map_at_limit(void)
+{
+	const char *tmp = getenv("TMPDIR");
+	size_t page = 4 * KiB, n = 512, eat = 0;
+	struct sb_features f;
+	struct sb_pool *p;
+	struct sb_buf *b;
+	char path[300], *m;
+	long ok = 0, refused = 0;
+	int fd, err = 0;
+
+	snprintf(path, sizeof(path), "%s/sbt-maxmap-XXXXXX",
+		 tmp && *tmp ? tmp : "/var/tmp");
+	fd = mkstemp(path);
+	CHECK(fd >= 0);
+	for (size_t i = 0; i < n; i++) {
+		char pg[4096];
+
+		memset(pg, (int)(i % 200 + 1), sizeof(pg));
+		CHECK(pwrite(fd, pg, sizeof(pg), (off_t)(i * page)) ==
+		      (ssize_t)sizeof(pg));
+	}
+	close(fd);
+	setenv("SPARSEBUF_HOME", "0", 1);
+	p = make_pool(page, 64 * MiB, 0);
+	unsetenv("SPARSEBUF_HOME");
+	b = sb_buf_open_file(p, path, 0, n * page, 0, &err);
+	if (!b)
+		FAIL("sb_buf_open_file: %s", strerror(-err));
+	CHECK_EQ(sb_buf_map(b, 0, page), 1);	/* the disk tier up */
+	CHECK(sb_features_get(&f) == 0);
+	m = mmap(NULL, (size_t)f.max_map_count * 2 * page, PROT_READ,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	CHECK(m != MAP_FAILED);
+	while (mprotect(m + (2 * eat + 1) * page, page, PROT_NONE) == 0)
+		eat++;
+	CHECK_EQ(errno, ENOMEM);
+	/* Every other page: each needs a mapping of its own. */
+	for (size_t i = 2; i < n; i += 2) {
+		long r = sb_buf_map(b, i * page, page);
+
+		if (r == 1) {
+			CHECK_EQ(sb_buf_placed(b, i * page, page), 1);
+			ok++;
+		} else {
+			CHECK_EQ(r, -ENOMEM);
+			CHECK_EQ(sb_buf_placed(b, i * page, page), 0);
+			refused++;
+		}
+	}
+	printf("file pages mapped at the limit: %ld placed, %ld refused "
+	       "(-ENOMEM)\n", ok, refused);
+	CHECK(refused > 0);
+	CHECK(mprotect(m, (size_t)f.max_map_count * 2 * page, PROT_READ) == 0);
+	munmap(m, (size_t)f.max_map_count * 2 * page);
+	/* With room again, every page reads back its data. */
+	for (size_t i = 0; i < n; i++)
+		CHECK_EQ(((volatile char *)sb_buf_addr(b))[i * page],
+			 (char)(i % 200 + 1));
+	VERIFY(p);
+	sb_buf_destroy(b);
+	sb_pool_destroy(p);
+	unlink(path);
+}
+
 static int main_test(void)
 {
 	struct sb_features f;
@@ -140,5 +212,6 @@ static int main_test(void)
 	sb_buf_destroy(b);
 	sb_pool_destroy(p);
 	evicted_back();
+	file_map_at_limit();
 	return 0;
 }
