@@ -336,8 +336,14 @@ SB_API long sb_buf_map(struct sb_buf *buf, size_t off, size_t len)
 
 /* ---- unmap ---------------------------------------------------------------- */
 
-static bool occupied(uint64_t pte)
+/* Whether page pte's release has anything to do. A file's page that is
+ * only on disk is as a release leaves it (registered anonymous memory):
+ * left out, so that the runs released are of placed pages, whose new
+ * mapping is made with their bytes (vma.c, anon_over_filled). */
+static bool occupied(const struct sb_buf *buf, uint64_t pte)
 {
+	if ((buf->flags & SBI_BUF_RO) && pte == SBI_PTE_DISK)
+		return false;
 	return pte & (SBI_PTE_PID | SBI_PTE_POISON | SBI_PTE_DISK |
 		      SBI_PTE_KEEP);
 }
@@ -401,11 +407,11 @@ static long unmap_span(struct sb_buf *buf, struct sbi_span sp,
 		bool home_ends = false;
 
 		next = i + 1;
-		if (!occupied(buf->pte[i]) || unmap_home(buf, i, hb))
+		if (!occupied(buf, buf->pte[i]) || unmap_home(buf, i, hb))
 			continue;
 		/* A run of pages that go the common way; a home page ends
 		 * it (and is taken care of). */
-		while (j < sp.end && j - i < 256 && occupied(buf->pte[j]) &&
+		while (j < sp.end && j - i < 256 && occupied(buf, buf->pte[j]) &&
 		       !(home_ends = unmap_home(buf, j, hb)))
 			j++;
 		next = home_ends ? j + 1 : j;

@@ -406,13 +406,12 @@ static bool pagein_done(struct sbi_io *io)
 			/* Read but not mappable (vm.max_map_count): the data
 			 * stays on disk, and a sb_buf_map that asked for it
 			 * gets -ENOMEM (map_failures). A touch waiting for
-			 * it gets SIGBUS (a home page's entry says so, as
-			 * above); with no toucher the entry is left as it
+			 * it gets SIGBUS (the entry says so, for unmap);
+			 * with no toucher the entry is left as it
 			 * was, and the next touch reads it in again. */
 			bool toucher = take_waiter(buf, io->idx);
 
-			*pte = io->src_pte |
-			       (io->home && toucher ? SBI_PTE_POISON : 0);
+			*pte = io->src_pte | (toucher ? SBI_PTE_POISON : 0);
 			drop_slot = drop_kept = false;
 			atomic_fetch_add(&buf->map_failures, 1);
 			if (toucher) {
@@ -613,15 +612,14 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 				retry = true;
 			} else if (j == idx) {
 				/* The touched page cannot be read in:
-				 * SIGBUS, as for a zero-fill page. A home
-				 * page says so in its entry: its unmap then
-				 * replaces the mapping, and the poison with
-				 * it. */
+				 * SIGBUS, as for a zero-fill page. Its
+				 * entry says so: its unmap then empties a
+				 * home page in place (buf.c) or replaces
+				 * the mapping, and the poison with it. */
 				sbi_sigbus_note(buf, idx, r, "page-in");
 				poison(buf, idx,
 				       (buf->pte[idx] & SBI_PTE_KEEP) != 0);
-				if (sbi_home_is(buf, idx))
-					buf->pte[idx] |= SBI_PTE_POISON;
+				buf->pte[idx] |= SBI_PTE_POISON;
 			}
 			break;	/* readahead is best effort */
 		}

@@ -215,6 +215,57 @@ static int anon_over(char *addr, size_t len, int prot)
 	return -1;
 }
 
+/*
+ * File pages replaced by anonymous memory that already
+ * holds their data: made apart, filled from the heaps (pread: no mapping
+ * of registered memory touched), then moved over the range in one step
+ * (mremap takes the old mapping away and puts the new one there under
+ * the mmap lock). A touch before the registration reads the page's own
+ * bytes, never the zero page that a fresh anonymous mapping gives there;
+ * the caller drops them once registered. Every page of the run must hold
+ * data; false (nothing changed) otherwise or on any error: the caller
+ * goes the plain way.
+ */
+static bool anon_over_filled(struct sb_buf *buf, size_t idx, size_t n)
+{
+	struct sb_pool *pool = buf->pool;
+	size_t len = pages_len(buf, n), ps = pool->page_size;
+	char *tmp;
+
+	for (size_t i = idx; i < idx + n; i++)
+		if (!sbi_pte_has_page(buf->pte[i]))
+			return false;
+	tmp = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (tmp == MAP_FAILED)
+		return false;
+	for (size_t k = 0; k < n; k++) {
+		sbi_pid pid = sbi_pte_page(buf->pte[idx + k]);
+		ssize_t got;
+
+		do
+			got = pread(sbi_pid_heap(pool, pid)->fd, tmp + k * ps,
+				    ps, sbi_pid_off(pool, pid));
+		while (got < 0 && errno == EINTR);
+		if (got != (ssize_t)ps)
+			goto fail;
+	}
+	if (buf_prot(buf) != (PROT_READ | PROT_WRITE) &&
+	    mprotect(tmp, len, buf_prot(buf)) < 0)
+		goto fail;
+	SBI_MAP_BEGIN();
+	if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
+		   page_addr(buf, idx)) == MAP_FAILED) {
+		SBI_MAP_END();
+		goto fail;
+	}
+	SBI_MAP_END();
+	return true;
+fail:
+	munmap(tmp, len);
+	return false;
+}
+
 int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 {
 	SBI_HELD(&buf->lock);
@@ -228,7 +279,17 @@ int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 	int r;
 
 	home_lose(buf, idx, n);
-	if (anon_over(addr, len, sigbus ? PROT_NONE : buf_prot(buf)) < 0)
+	/* Pages of a file buffer with home mappings that lost their home
+	 * (home.c): a touch racing the release reads their bytes, as it
+	 * would a home page's. Not every file buffer's: the filled mapping
+	 * has memory of its own once (an anon_vma), so it never merges with
+	 * its neighbours again, and a buffer released page by page would
+	 * end up with a mapping a page (vm.max_map_count); lost pages are
+	 * few. */
+	if (!sigbus && buf->home && (buf->flags & SBI_BUF_RO) &&
+	    anon_over_filled(buf, idx, n))
+		;
+	else if (anon_over(addr, len, sigbus ? PROT_NONE : buf_prot(buf)) < 0)
 		return map_error(errno);
 	r = sbi_uffd_register(uffd, addr, len, UFFDIO_REGISTER_MODE_MISSING);
 	if (r == 0 && sigbus && mprotect(addr, len, buf_prot(buf)) < 0)
