@@ -111,8 +111,9 @@ static bool mlock_future(void)
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	bool locked;
 
+	/* EAGAIN: locked, and RLIMIT_MEMLOCK used up. */
 	if (p == MAP_FAILED)
-		return false;
+		return errno == EAGAIN;
 	locked = madvise(p, 4096, MADV_DONTNEED) < 0 && errno == EINVAL;
 	munmap(p, 4096);
 	return locked;
@@ -338,11 +339,14 @@ SB_API long sb_buf_map(struct sb_buf *buf, size_t off, size_t len)
 
 /* Whether page pte's release has anything to do. A file's page that is
  * only on disk is as a release leaves it (registered anonymous memory):
- * left out, so that the runs released are of placed pages, whose new
- * mapping is made with their bytes (vma.c, anon_over_filled). */
+ * left out of a home buffer's runs, so that those runs (pages that lost
+ * their home) are of placed pages, whose new mapping is made with their
+ * bytes (vma.c, anon_over_filled). */
 static bool occupied(const struct sb_buf *buf, uint64_t pte)
 {
-	if ((buf->flags & SBI_BUF_RO) && pte == SBI_PTE_DISK)
+	/* (Only with home mappings: elsewhere such a page would split the
+	 * runs of a sparse reader's releases into a mapping change each.) */
+	if (buf->home && (buf->flags & SBI_BUF_RO) && pte == SBI_PTE_DISK)
 		return false;
 	return pte & (SBI_PTE_PID | SBI_PTE_POISON | SBI_PTE_DISK |
 		      SBI_PTE_KEEP);

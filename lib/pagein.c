@@ -663,18 +663,22 @@ static size_t count_inflight(struct sb_buf *buf, const struct sbi_span *sp,
 	return n;
 }
 
-/* Whether a page of the spans is still to be read in. */
-static bool spans_want_read(struct sb_buf *buf, const struct sbi_span *sp,
-			    size_t nsp)
+/* A page of the spans still to be read in: -ENOMEM (its read could not
+ * be mapped); one in flight (read again meanwhile): 1; neither: 0. */
+static int spans_unread(struct sb_buf *buf, const struct sbi_span *sp,
+			size_t nsp)
 {
-	bool any = false;
+	int r = 0;
 
 	pthread_mutex_lock(&buf->lock);
-	for (size_t k = 0; k < nsp && !any; k++)
-		for (size_t i = sp[k].first; i < sp[k].end && !any; i++)
-			any = wants_read(buf->pte[i]);
+	for (size_t k = 0; k < nsp && r >= 0; k++)
+		for (size_t i = sp[k].first; i < sp[k].end && r >= 0; i++)
+			if (wants_read(buf->pte[i]))
+				r = -ENOMEM;
+			else if (buf->pte[i] & SBI_PTE_INFLIGHT)
+				r = 1;
 	pthread_mutex_unlock(&buf->lock);
-	return any;
+	return r;
 }
 
 long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
@@ -732,18 +736,26 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 	for (;;) {
 		uint64_t gen = sbi_disk_gen(d);
 		size_t left = count_inflight(buf, sp, nsp, &ioerr);
+		int unread;
 
-		if (!left)
-			break;
+		if (!left) {
+			/* A page read but not mapped (the mapping limit)
+			 * is not placed: its entry says DISK again. One
+			 * read again meanwhile is waited for too. */
+			if (ioerr ||
+			    atomic_load(&buf->map_failures) == map_failures)
+				break;
+			unread = spans_unread(buf, sp, nsp);
+			if (unread < 0)
+				return unread;
+			if (!unread)
+				break;
+			continue;
+		}
 		sbi_disk_wait_until(d, gen + left, 100);
 	}
 	if (ioerr)
 		return -EIO;
-	/* A page read but not mapped (the mapping limit) is not placed:
-	 * its entry says DISK again, and a touch of it gets SIGBUS. */
-	if (atomic_load(&buf->map_failures) != map_failures &&
-	    spans_want_read(buf, sp, nsp))
-		return -ENOMEM;
 	return r < 0 ? r : queued;
 }
 

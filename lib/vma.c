@@ -253,6 +253,11 @@ static bool anon_over_filled(struct sb_buf *buf, size_t idx, size_t n)
 	if (buf_prot(buf) != (PROT_READ | PROT_WRITE) &&
 	    mprotect(tmp, len, buf_prot(buf)) < 0)
 		goto fail;
+	/* (A failure after the kernel took the old mapping away would
+	 * leave a hole until the caller's anon_over fills it: a racing
+	 * touch then gets SIGSEGV. Only an allocation failure does that.)
+	 * The copy is memory outside the budget, up to a run of 256 pages,
+	 * dropped again once registered. */
 	SBI_MAP_BEGIN();
 	if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
 		   page_addr(buf, idx)) == MAP_FAILED) {
