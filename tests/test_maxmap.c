@@ -11,26 +11,14 @@ static int child(const char *name)
 	return 2;
 }
 
-/*
- * Evicted pages come back at the limit. Without recycling (SPARSEBUF_RECYCLE
- * =0) a page evicted in place keeps its heap page and the buffer's mapping
- * of it; reading it back in used to map a new page over that one, which at
- * the limit the kernel refuses even when it would replace a mapping whole,
- * and the touch got SIGBUS. Now the data is copied into the kept page
- * (UFFDIO_COPY), no mapping made.
- */
-static void evicted_back(void)
+/* A file of n pages of 4 KiB, page i filled with i % 200 + 1; its path
+ * into path. */
+static void make_file(char *path, size_t len, size_t n, size_t page)
 {
 	const char *tmp = getenv("TMPDIR");
-	size_t page = 4 * KiB, n = 256, eat = 0;
-	struct sb_features f;
-	struct sb_pool *p;
-	struct sb_buf *b;
-	char path[300], *x, *m;
-	uint64_t in0;
-	int fd, err = 0;
+	int fd;
 
-	snprintf(path, sizeof(path), "%s/sbt-maxmap-XXXXXX",
+	snprintf(path, len, "%s/sbt-maxmap-XXXXXX",
 		 tmp && *tmp ? tmp : "/var/tmp");
 	fd = mkstemp(path);
 	CHECK(fd >= 0);
@@ -42,12 +30,70 @@ static void evicted_back(void)
 		      (ssize_t)sizeof(pg));
 	}
 	close(fd);
-	setenv("SPARSEBUF_RECYCLE", "0", 1);
-	p = make_pool(page, 64 * MiB, 0);
-	unsetenv("SPARSEBUF_RECYCLE");
-	b = sb_buf_open_file(p, path, 0, n * page, 0, &err);
+}
+
+/* The file opened in a pool made with env=0 (a feature off). */
+static struct sb_buf *open_without(const char *env, const char *path,
+				   size_t n, size_t page, struct sb_pool **pp)
+{
+	struct sb_buf *b;
+	int err = 0;
+
+	setenv(env, "0", 1);
+	*pp = make_pool(page, 64 * MiB, 0);
+	unsetenv(env);
+	b = sb_buf_open_file(*pp, path, 0, n * page, 0, &err);
 	if (!b)
 		FAIL("sb_buf_open_file: %s", strerror(-err));
+	return b;
+}
+
+/* Use up the mappings: every other page of a region protected apart,
+ * until the kernel refuses the next split. */
+static char *eat_mappings(size_t page, size_t *len)
+{
+	struct sb_features f;
+	size_t eat = 0;
+	char *m;
+
+	CHECK(sb_features_get(&f) == 0);
+	*len = (size_t)f.max_map_count * 2 * page;
+	m = mmap(NULL, *len, PROT_READ,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	CHECK(m != MAP_FAILED);
+	while (mprotect(m + (2 * eat + 1) * page, page, PROT_NONE) == 0)
+		eat++;
+	CHECK_EQ(errno, ENOMEM);
+	return m;
+}
+
+/* One mapping again before the munmap: a sanitizer's own munmap of the
+ * shadow of a range needs room for a split. */
+static void free_mappings(char *m, size_t len)
+{
+	CHECK(mprotect(m, len, PROT_READ) == 0);
+	munmap(m, len);
+}
+
+/*
+ * Evicted pages come back at the limit. Without recycling (SPARSEBUF_RECYCLE
+ * =0) a page evicted in place keeps its heap page and the buffer's mapping
+ * of it; reading it back in used to map a new page over that one, which at
+ * the limit the kernel refuses even when it would replace a mapping whole,
+ * and the touch got SIGBUS. Now the data is copied into the kept page
+ * (UFFDIO_COPY), no mapping made.
+ */
+static void evicted_back(void)
+{
+	size_t page = 4 * KiB, n = 256, mlen;
+	struct sb_features f;
+	struct sb_pool *p;
+	struct sb_buf *b;
+	char path[300], *x, *m;
+	uint64_t in0;
+
+	make_file(path, sizeof(path), n, page);
+	b = open_without("SPARSEBUF_RECYCLE", path, n, page, &p);
 	x = sb_buf_addr(b);
 	for (size_t i = 0; i < n; i++)
 		CHECK_EQ(x[i * page], (char)(i % 200 + 1));
@@ -61,15 +107,7 @@ static void evicted_back(void)
 	in0 = stats(p).pages_in;
 	CHECK_EQ(sb_buf_evict(b, 0, n * page), (long)n);
 	CHECK_EQ(sb_buf_placed(b, 0, n * page), 0);
-	/* Use up the mappings: every other page of a region protected
-	 * apart, until the kernel refuses the next split. */
-	CHECK(sb_features_get(&f) == 0);
-	m = mmap(NULL, (size_t)f.max_map_count * 2 * page, PROT_READ,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	CHECK(m != MAP_FAILED);
-	while (mprotect(m + (2 * eat + 1) * page, page, PROT_NONE) == 0)
-		eat++;
-	CHECK_EQ(errno, ENOMEM);
+	m = eat_mappings(page, &mlen);
 	if (stats(p).pages_in != in0)
 		printf("%llu read in before the limit was reached\n",
 		       (unsigned long long)(stats(p).pages_in - in0));
@@ -86,10 +124,7 @@ static void evicted_back(void)
 	       f.max_map_count);
 	CHECK(stats(p).pages_in - in0 >= n);
 	CHECK_EQ(stats(p).sigbus, 0);
-	/* One mapping again before the munmap: a sanitizer's own munmap of
-	 * the shadow of a range needs room for a split. */
-	CHECK(mprotect(m, (size_t)f.max_map_count * 2 * page, PROT_READ) == 0);
-	munmap(m, (size_t)f.max_map_count * 2 * page);
+	free_mappings(m, mlen);
 	CHECK_EQ(sb_buf_placed(b, 0, n * page), (long)n);
 	VERIFY(p);
 	sb_buf_destroy(b);
@@ -106,41 +141,16 @@ static void evicted_back(void)
  */
 static void file_map_at_limit(void)
 {
-	const char *tmp = getenv("TMPDIR");
-	size_t page = 4 * KiB, n = 512, eat = 0;
-	struct sb_features f;
+	size_t page = 4 * KiB, n = 512, mlen;
 	struct sb_pool *p;
 	struct sb_buf *b;
 	char path[300], *m;
 	long ok = 0, refused = 0;
-	int fd, err = 0;
 
-	snprintf(path, sizeof(path), "%s/sbt-maxmap-XXXXXX",
-		 tmp && *tmp ? tmp : "/var/tmp");
-	fd = mkstemp(path);
-	CHECK(fd >= 0);
-	for (size_t i = 0; i < n; i++) {
-		char pg[4096];
-
-		memset(pg, (int)(i % 200 + 1), sizeof(pg));
-		CHECK(pwrite(fd, pg, sizeof(pg), (off_t)(i * page)) ==
-		      (ssize_t)sizeof(pg));
-	}
-	close(fd);
-	setenv("SPARSEBUF_HOME", "0", 1);
-	p = make_pool(page, 64 * MiB, 0);
-	unsetenv("SPARSEBUF_HOME");
-	b = sb_buf_open_file(p, path, 0, n * page, 0, &err);
-	if (!b)
-		FAIL("sb_buf_open_file: %s", strerror(-err));
+	make_file(path, sizeof(path), n, page);
+	b = open_without("SPARSEBUF_HOME", path, n, page, &p);
 	CHECK_EQ(sb_buf_map(b, 0, page), 1);	/* the disk tier up */
-	CHECK(sb_features_get(&f) == 0);
-	m = mmap(NULL, (size_t)f.max_map_count * 2 * page, PROT_READ,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	CHECK(m != MAP_FAILED);
-	while (mprotect(m + (2 * eat + 1) * page, page, PROT_NONE) == 0)
-		eat++;
-	CHECK_EQ(errno, ENOMEM);
+	m = eat_mappings(page, &mlen);
 	/* Every other page: each needs a mapping of its own. */
 	for (size_t i = 2; i < n; i += 2) {
 		long r = sb_buf_map(b, i * page, page);
@@ -157,8 +167,7 @@ static void file_map_at_limit(void)
 	printf("file pages mapped at the limit: %ld placed, %ld refused "
 	       "(-ENOMEM)\n", ok, refused);
 	CHECK(refused > 0);
-	CHECK(mprotect(m, (size_t)f.max_map_count * 2 * page, PROT_READ) == 0);
-	munmap(m, (size_t)f.max_map_count * 2 * page);
+	free_mappings(m, mlen);
 	/* With room again, every page reads back its data. */
 	for (size_t i = 0; i < n; i++)
 		CHECK_EQ(((volatile char *)sb_buf_addr(b))[i * page],
