@@ -216,9 +216,9 @@ static int anon_over(char *addr, size_t len, int prot)
 }
 
 /*
- * File pages replaced by anonymous memory that already
- * holds their data: made apart, filled from the heaps (pread: no mapping
- * of registered memory touched), then moved over the range in one step
+ * File pages replaced by anonymous memory that already holds their data:
+ * made apart, filled from the heaps (pread: no mapping of registered
+ * memory touched), then moved over the range in one step
  * (mremap takes the old mapping away and puts the new one there under
  * the mmap lock). A touch before the registration reads the page's own
  * bytes, never the zero page that a fresh anonymous mapping gives there;
@@ -280,7 +280,7 @@ int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 	/* A touch of a page handed to the SIGBUS uffd (a strict buffer's,
 	 * a poisoned one) raises SIGBUS, never reads zeros: inaccessible
 	 * (SIGSEGV) until registered. */
-	bool sigbus = uffd == buf->pool->uffd_sigbus;
+	bool sigbus = uffd == buf->pool->uffd_sigbus, filled;
 	int r;
 
 	home_lose(buf, idx, n);
@@ -291,10 +291,10 @@ int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 	 * its neighbours again, and a buffer released page by page would
 	 * end up with a mapping a page (vm.max_map_count); lost pages are
 	 * few. */
-	if (!sigbus && buf->home && (buf->flags & SBI_BUF_RO) &&
-	    anon_over_filled(buf, idx, n))
-		;
-	else if (anon_over(addr, len, sigbus ? PROT_NONE : buf_prot(buf)) < 0)
+	filled = !sigbus && buf->home && (buf->flags & SBI_BUF_RO) &&
+		 anon_over_filled(buf, idx, n);
+	if (!filled &&
+	    anon_over(addr, len, sigbus ? PROT_NONE : buf_prot(buf)) < 0)
 		return map_error(errno);
 	r = sbi_uffd_register(uffd, addr, len, UFFDIO_REGISTER_MODE_MISSING);
 	if (r == 0 && sigbus && mprotect(addr, len, buf_prot(buf)) < 0)
