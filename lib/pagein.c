@@ -409,26 +409,21 @@ static bool pagein_done(struct sbi_io *io)
 			 * it gets SIGBUS (the entry says so, for unmap);
 			 * with no toucher the entry is left as it
 			 * was, and the next touch reads it in again. */
-			bool toucher = take_waiter(buf, io->idx);
-
-			*pte = io->src_pte | (toucher ? SBI_PTE_POISON : 0);
+			wake = take_waiter(buf, io->idx);
+			*pte = io->src_pte | (wake ? SBI_PTE_POISON : 0);
 			drop_slot = drop_kept = false;
 			atomic_fetch_add(&buf->map_failures, 1);
-			if (toucher) {
-				sbi_count(&pool->n_sigbus, 1);
-				poison(buf, io->idx,
-				       (io->src_pte & SBI_PTE_KEEP) != 0);
-				wake = true;
-			}
 		} else {
 			/* The kept page (if any) stays, poisoned. */
 			*pte = SBI_PTE_POISON | SBI_PTE_IOERR |
 			       (io->src_pte & (SBI_PTE_KEEP | SBI_PTE_PID));
 			drop_kept = false;
+			wake = true;
+		}
+		if (wake) {
 			sbi_count(&pool->n_sigbus, 1);
 			poison(buf, io->idx,
 			       (io->src_pte & SBI_PTE_KEEP) != 0);
-			wake = true;
 		}
 	}
 	if (drop_slot)
@@ -645,40 +640,24 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 		sbi_vma_wake(buf, idx);
 }
 
-/* Pages of the spans in flight. */
+/* Pages of the spans in flight; whether one failed to read, and whether
+ * one is still to be read in (its read could not be mapped). */
 static size_t count_inflight(struct sb_buf *buf, const struct sbi_span *sp,
-			     size_t nsp, bool *ioerr)
+			     size_t nsp, bool *ioerr, bool *unread)
 {
 	size_t n = 0;
 
-	*ioerr = false;
+	*ioerr = *unread = false;
 	pthread_mutex_lock(&buf->lock);
 	for (size_t k = 0; k < nsp; k++) {
 		for (size_t i = sp[k].first; i < sp[k].end; i++) {
 			n += (buf->pte[i] & SBI_PTE_INFLIGHT) != 0;
 			*ioerr |= (buf->pte[i] & SBI_PTE_IOERR) != 0;
+			*unread |= wants_read(buf->pte[i]);
 		}
 	}
 	pthread_mutex_unlock(&buf->lock);
 	return n;
-}
-
-/* A page of the spans still to be read in: -ENOMEM (its read could not
- * be mapped); one in flight (read again meanwhile): 1; neither: 0. */
-static int spans_unread(struct sb_buf *buf, const struct sbi_span *sp,
-			size_t nsp)
-{
-	int r = 0;
-
-	pthread_mutex_lock(&buf->lock);
-	for (size_t k = 0; k < nsp && r >= 0; k++)
-		for (size_t i = sp[k].first; i < sp[k].end && r >= 0; i++)
-			if (wants_read(buf->pte[i]))
-				r = -ENOMEM;
-			else if (buf->pte[i] & SBI_PTE_INFLIGHT)
-				r = 1;
-	pthread_mutex_unlock(&buf->lock);
-	return r;
 }
 
 long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
@@ -690,7 +669,7 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 	size_t n = 0;
 	long queued = 0;
 	int r = 0;
-	bool ioerr;
+	bool ioerr, unread;
 	unsigned map_failures = atomic_load(&buf->map_failures);
 
 	/* Only a buffer with data on disk comes here, and the disk tier was
@@ -735,27 +714,19 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 		return queued;
 	for (;;) {
 		uint64_t gen = sbi_disk_gen(d);
-		size_t left = count_inflight(buf, sp, nsp, &ioerr);
-		int unread;
+		size_t left = count_inflight(buf, sp, nsp, &ioerr, &unread);
 
-		if (!left) {
-			/* A page read but not mapped (the mapping limit)
-			 * is not placed: its entry says DISK again. One
-			 * read again meanwhile is waited for too. */
-			if (ioerr ||
-			    atomic_load(&buf->map_failures) == map_failures)
-				break;
-			unread = spans_unread(buf, sp, nsp);
-			if (unread < 0)
-				return unread;
-			if (!unread)
-				break;
-			continue;
-		}
+		if (!left)
+			break;
 		sbi_disk_wait_until(d, gen + left, 100);
 	}
 	if (ioerr)
 		return -EIO;
+	/* A page read but not mapped (the mapping limit) is not placed:
+	 * its entry says DISK again (one read again meanwhile was in
+	 * flight above, and waited for). */
+	if (unread && atomic_load(&buf->map_failures) != map_failures)
+		return -ENOMEM;
 	return r < 0 ? r : queued;
 }
 

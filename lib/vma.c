@@ -241,13 +241,10 @@ static bool anon_over_filled(struct sb_buf *buf, size_t idx, size_t n)
 		return false;
 	for (size_t k = 0; k < n; k++) {
 		sbi_pid pid = sbi_pte_page(buf->pte[idx + k]);
-		ssize_t got;
 
-		do
-			got = pread(sbi_pid_heap(pool, pid)->fd, tmp + k * ps,
-				    ps, sbi_pid_off(pool, pid));
-		while (got < 0 && errno == EINTR);
-		if (got != (ssize_t)ps)
+		if (sbi_file_read_all(sbi_pid_heap(pool, pid)->fd,
+				      tmp + k * ps, ps,
+				      (uint64_t)sbi_pid_off(pool, pid)) < 0)
 			goto fail;
 	}
 	if (buf_prot(buf) != (PROT_READ | PROT_WRITE) &&

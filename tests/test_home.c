@@ -248,13 +248,6 @@ static void race(struct sb_buf *b, long maps0, double seconds)
 	VERIFY(sb_buf_pool(b));
 }
 
-/*
- * A page that lost its home (shared into another buffer, then released
- * here) is placed and released the common way. A touch racing such a
- * release read the zero page of the fresh anonymous mapping until it was
- * registered (an adversarial test: 2 runs in 6); now the new mapping is
- * filled with the page's bytes before it replaces the old one.
- */
 /* Page i is still home (home.c), not gone the common way. */
 static bool still_home(struct sb_buf *b, size_t i)
 {
@@ -266,6 +259,13 @@ static bool still_home(struct sb_buf *b, size_t i)
 	return r;
 }
 
+/*
+ * A page that lost its home (shared into another buffer, then released
+ * here) is placed and released the common way. A touch racing such a
+ * release read the zero page of the fresh anonymous mapping until it was
+ * registered (an adversarial test: 2 runs in 6); now the new mapping is
+ * filled with the page's bytes before it replaces the old one.
+ */
 static void *lost_reader(void *arg)
 {
 	struct racer *r = arg;
