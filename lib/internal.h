@@ -137,7 +137,12 @@ const struct sb_features *sbi_features(void);
 /* Open a userfaultfd the way the probe found to work, negotiate features
  * (a subset of what the kernel offers). Returns the fd or -errno. */
 int sbi_uffd_open(uint64_t features);
+/* The process's mappings now (a line of /proc/self/maps each). */
 long sbi_map_count(void);
+/* How many whole mappings make up [addr, addr+len) exactly, 0 when its
+ * ends lie inside mappings or it has a gap; *total gets the process's
+ * count from the same reading. -1 when /proc cannot be read. */
+long sbi_maps_making(const void *addr, size_t len, long *total);
 /* vm.max_map_count, read now (no probe: safe on the fault path). */
 long sbi_max_map_count(void);
 /* The folios the heaps (memfds) may get, in bytes, as the system's

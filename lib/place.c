@@ -61,6 +61,20 @@ static size_t make_runs(const struct sb_pool *pool, const size_t *idx,
 	return nruns;
 }
 
+/* Run r's pages are placed (mapped; buffer lock held): say so. */
+static void commit_run(struct sb_buf *buf, const struct run *r)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		buf->pte[r->idx + i] = sbi_pte_placed(r->pid + (sbi_pid)i);
+		sbi_rmap_note(buf, r->idx + i, r->pid + i);
+		SBI_TRACE_MAP(buf, r->idx + i);
+	}
+	buf->nplaced += r->n;
+	if (r->idx + r->n > buf->grow_hi)
+		buf->grow_hi = r->idx + r->n;
+	sbi_count(&buf->pool->n_maps, r->n);
+}
+
 /*
  * Three steps, so that the buffer lock is not held while pages are
  * allocated (which may mean preparing one, 100 us or more): under the lock,
@@ -188,16 +202,7 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 	if (r < 0)
 		goto out_unplace;
 	for (size_t t = 0; t < nruns; t++)
-		for (size_t i = 0; i < runs[t].n; i++) {
-			buf->pte[runs[t].idx + i] =
-				sbi_pte_placed(runs[t].pid + (sbi_pid)i);
-			sbi_rmap_note(buf, runs[t].idx + i, runs[t].pid + i);
-			SBI_TRACE_MAP(buf, runs[t].idx + i);
-		}
-	buf->nplaced += n;
-	if (nruns && runs[nruns - 1].idx + runs[nruns - 1].n > buf->grow_hi)
-		buf->grow_hi = runs[nruns - 1].idx + runs[nruns - 1].n;
-	sbi_count(&pool->n_maps, n);
+		commit_run(buf, &runs[t]);
 	if (nruns && wait)	/* the owner's own: watch from its last page */
 		sbi_grow_note(buf, runs[nruns - 1].idx + runs[nruns - 1].n - 1);
 	/* A page read in above and then unmapped by another thread was
@@ -206,8 +211,21 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 	pthread_mutex_unlock(&buf->lock);
 	goto out_unlocked;
 out_unplace:
-	while (done--)
-		sbi_vma_unplace(buf, runs[done].idx, runs[done].n);
+	/* All or nothing: the runs mapped so far go again. One whose
+	 * mapping the kernel will not replace (the mapping limit: vma.c,
+	 * anon_over) stays placed instead, with its pages: a buffer must
+	 * never map a page the pool hands out again. */
+	kept = 0;
+	for (size_t t = 0, off = 0; t < nruns; off += runs[t++].n) {
+		if (t < done &&
+		    sbi_vma_unplace(buf, runs[t].idx, runs[t].n) < 0) {
+			commit_run(buf, &runs[t]);
+			continue;
+		}
+		memmove(pids + kept, pids + off, runs[t].n * sizeof(*pids));
+		kept += runs[t].n;
+	}
+	n = kept;
 	pthread_mutex_unlock(&buf->lock);
 out_put:
 	for (k = 0; k < n; k++)

@@ -197,18 +197,31 @@ int sbi_vma_map_home(struct sb_buf *buf, size_t idx, size_t n,
 
 /*
  * Private anonymous memory over [addr, addr+len). At vm.max_map_count the
- * kernel refuses every mmap, even one that would merge and so lower the
- * count; munmap of whole mappings still works, so fall back to munmap and
- * mmap into the hole. Only then is there a moment when a racing touch of
- * the range finds nothing mapped (SIGSEGV).
+ * kernel refuses every mmap, even one that would replace mappings whole.
+ * munmap still works, so where the range is whole mappings and freeing
+ * them brings the count back under the limit, fall back to munmap and
+ * mmap into the hole; a racing touch of the range can then find nothing
+ * mapped for a moment (SIGSEGV), which is why this is the fallback only.
+ * Anywhere else the munmap would shrink a mapping without freeing one and
+ * the mmap after it fail too, leaving a hole for good: refused instead
+ * (ENOMEM), the old mapping left as it was. (Another thread's mmap between
+ * the munmap and the mmap can take the freed room: then the hole stays.)
  */
 static int anon_over(char *addr, size_t len, int prot)
 {
 	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+	long whole, total;
 
 	if (fixed_map(addr, len, prot, flags, -1, 0) != MAP_FAILED)
 		return 0;
-	if (errno != ENOMEM || munmap(addr, len) < 0)
+	if (errno != ENOMEM)
+		return -1;
+	whole = sbi_maps_making(addr, len, &total);
+	if (whole <= 0 || total - whole > sbi_max_map_count()) {
+		errno = ENOMEM;
+		return -1;
+	}
+	if (munmap(addr, len) < 0)
 		return -1;
 	if (fixed_map(addr, len, prot, flags, -1, 0) != MAP_FAILED)
 		return 0;
@@ -222,23 +235,25 @@ static int anon_over(char *addr, size_t len, int prot)
  * (mremap takes the old mapping away and puts the new one there under
  * the mmap lock). A touch before the registration reads the page's own
  * bytes, never the zero page that a fresh anonymous mapping gives there;
- * the caller drops them once registered. Every page of the run must hold
- * data; false (nothing changed) otherwise or on any error: the caller
- * goes the plain way.
+ * the caller drops them once registered. 1 when done; 0 when a page of
+ * the run holds no data (the caller goes the plain way); -errno, nothing
+ * changed, when it cannot be done (at vm.max_map_count: the temporary
+ * mapping, and mremap wants room for splits).
  */
-static bool anon_over_filled(struct sb_buf *buf, size_t idx, size_t n)
+static int anon_over_filled(struct sb_buf *buf, size_t idx, size_t n)
 {
 	struct sb_pool *pool = buf->pool;
 	size_t len = pages_len(buf, n), ps = pool->page_size;
 	char *tmp;
+	int e;
 
 	for (size_t i = idx; i < idx + n; i++)
 		if (!sbi_pte_has_page(buf->pte[i]))
-			return false;
+			return 0;
 	tmp = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (tmp == MAP_FAILED)
-		return false;
+		return -errno;
 	for (size_t k = 0; k < n; k++) {
 		sbi_pid pid = sbi_pte_page(buf->pte[idx + k]);
 
@@ -262,10 +277,11 @@ static bool anon_over_filled(struct sb_buf *buf, size_t idx, size_t n)
 		goto fail;
 	}
 	SBI_MAP_END();
-	return true;
+	return 1;
 fail:
+	e = errno;
 	munmap(tmp, len);
-	return false;
+	return -e;
 }
 
 int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
@@ -277,8 +293,8 @@ int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 	/* A touch of a page handed to the SIGBUS uffd (a strict buffer's,
 	 * a poisoned one) raises SIGBUS, never reads zeros: inaccessible
 	 * (SIGSEGV) until registered. */
-	bool sigbus = uffd == buf->pool->uffd_sigbus, filled;
-	int r;
+	bool sigbus = uffd == buf->pool->uffd_sigbus;
+	int r, filled = 0;
 
 	home_lose(buf, idx, n);
 	/* Pages of a file buffer with home mappings that lost their home
@@ -287,9 +303,12 @@ int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 	 * has memory of its own once (an anon_vma), so it never merges with
 	 * its neighbours again, and a buffer released page by page would
 	 * end up with a mapping a page (vm.max_map_count); lost pages are
-	 * few. */
-	filled = !sigbus && buf->home && (buf->flags & SBI_BUF_RO) &&
-		 anon_over_filled(buf, idx, n);
+	 * few. Where it cannot be done the release fails, rather than open
+	 * the window it closes. */
+	if (!sigbus && buf->home && (buf->flags & SBI_BUF_RO))
+		filled = anon_over_filled(buf, idx, n);
+	if (filled < 0)
+		return map_error(-filled);
 	if (!filled &&
 	    anon_over(addr, len, sigbus ? PROT_NONE : buf_prot(buf)) < 0)
 		return map_error(errno);

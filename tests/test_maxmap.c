@@ -178,6 +178,95 @@ static void file_map_at_limit(void)
 	unlink(path);
 }
 
+/* Past the limit (as after vm.max_map_count is lowered under a process):
+ * single pages mapped until the kernel refuses even a new mapping. The
+ * mappings made, to give back with over_limit_end. */
+static char **over_limit(size_t *nmade)
+{
+	size_t cap = 64, n = 0;
+	char **made = malloc(cap * sizeof(*made));
+
+	CHECK(made);
+	for (;;) {
+		/* Alternate protections: neighbours never merge. */
+		char *q = mmap(NULL, 4 * KiB, n % 2 ? PROT_READ : PROT_NONE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (q == MAP_FAILED)
+			break;
+		CHECK(n < cap);
+		made[n++] = q;
+	}
+	CHECK_EQ(errno, ENOMEM);
+	*nmade = n;
+	return made;
+}
+
+static void over_limit_end(char **made, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		munmap(made[k], 4 * KiB);
+	free(made);
+}
+
+/* Whether [a, a+len) is mapped (mincore fails with ENOMEM where not). */
+static bool mapped(const char *a, size_t len)
+{
+	unsigned char v[16];
+
+	return mincore((void *)a, len, v) == 0;
+}
+
+/*
+ * Releases past the limit, where every mmap fails. A release falls back to
+ * munmap and mmap into the hole; the munmap of part of a mapping (here the
+ * last page of a run of three, one mapping) only shrinks it, the mmap after
+ * it failed too, and the page was left unmapped while the buffer still
+ * counted it placed: its touch got SIGSEGV. Now such a release fails with
+ * -ENOMEM and changes nothing; a page that is a mapping of its own is
+ * released.
+ */
+static void release_over_limit(void)
+{
+	size_t page = 4 * KiB, mlen, nmade;
+	struct sb_pool *p = make_pool(page, 64 * MiB, 0);
+	struct sb_buf *b = make_buf(p, 8 * page, 0);
+	char *x = sb_buf_addr(b), *m, **made;
+
+	CHECK_EQ(sb_buf_map(b, 0, 3 * page), 3);
+	CHECK_EQ(sb_buf_map(b, 5 * page, page), 1);
+	for (size_t i = 0; i < 6; i++)
+		if (i < 3 || i == 5)
+			memset(x + i * page, (int)(i + 1), page);
+	CHECK_EQ(maps_in(x, 3 * page), 1);
+	CHECK_EQ(maps_in(x + 5 * page, page), 1);
+	m = eat_mappings(page, &mlen);
+	made = over_limit(&nmade);
+	/* The end of a mapping, and its middle: refused, all as it was. */
+	CHECK_EQ(sb_buf_unmap(b, 2 * page, page), -ENOMEM);
+	CHECK_EQ(sb_buf_unmap(b, page, page), -ENOMEM);
+	CHECK(mapped(x, 3 * page));
+	CHECK_EQ(sb_buf_placed(b, 0, 3 * page), 3);
+	for (size_t i = 0; i < 3; i++)
+		CHECK_EQ(x[i * page + page - 1], (char)(i + 1));
+	/* A mapping whole: released. */
+	CHECK_EQ(sb_buf_unmap(b, 5 * page, page), 1);
+	CHECK(mapped(x + 5 * page, page));
+	CHECK_EQ(sb_buf_placed(b, 5 * page, page), 0);
+	over_limit_end(made, nmade);
+	free_mappings(m, mlen);
+	printf("past the limit (%zu mappings more): part of a mapping "
+	       "refused, a whole one released\n", nmade);
+	CHECK_EQ(x[5 * page], 0);
+	CHECK_EQ(sb_buf_unmap(b, 0, 3 * page), 3);
+	CHECK_EQ(sb_buf_placed(b, 0, 3 * page), 0);
+	CHECK_EQ(x[2 * page], 0);
+	CHECK_EQ(stats(p).pages_used, sb_buf_placed(b, 0, 8 * page));
+	VERIFY(p);
+	sb_buf_destroy(b);
+	sb_pool_destroy(p);
+}
+
 static int main_test(void)
 {
 	struct sb_features f;
@@ -222,5 +311,6 @@ static int main_test(void)
 	sb_pool_destroy(p);
 	evicted_back();
 	file_map_at_limit();
+	release_over_limit();
 	return 0;
 }
