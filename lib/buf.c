@@ -396,6 +396,44 @@ static bool unmap_home(struct sb_buf *buf, size_t i, struct home_batch *hb)
 	return true;
 }
 
+/*
+ * Page i of a file buffer with home mappings, released where it is if its
+ * mapping is the one a release would make: a page that lost its home,
+ * was released (registered anonymous memory) and has not been placed
+ * since, only read into (in flight) or poisoned by a failed page-in. The
+ * common way would replace that mapping with a fresh one, in which a
+ * racing touch reads zeros until it is registered; here nothing is
+ * mapped anew. A poison marker goes with MADV_DONTNEED (without
+ * UFFDIO_POISON the page was handed to the SIGBUS uffd: the common way);
+ * a read in flight gives its slot back when it finishes. false: the page
+ * goes the common way.
+ */
+static bool unmap_unplaced(struct sb_buf *buf, size_t i)
+{
+	uint64_t pte = buf->pte[i];
+
+	/* No page, none kept: on disk, in flight, or poisoned (a failed
+	 * read's entry has no DISK, pagein.c). */
+	if (!buf->home || !(buf->flags & SBI_BUF_RO) ||
+	    (pte & (SBI_PTE_KEEP | SBI_PTE_PID)) ||
+	    !(pte & (SBI_PTE_DISK | SBI_PTE_POISON)))
+		return false;
+	if (pte & SBI_PTE_POISON) {
+		if (!buf->pool->can_poison || sbi_vma_unpoison(buf, i) < 0)
+			return false;
+	}
+	sbi_pte_release(buf, pte);
+	buf->pte[i] = SBI_PTE_DISK;
+	return true;
+}
+
+/* Page i released without a mapping change (home pages into hb). */
+static bool unmap_in_place(struct sb_buf *buf, size_t i,
+			   struct home_batch *hb)
+{
+	return unmap_home(buf, i, hb) || unmap_unplaced(buf, i);
+}
+
 /* Release the pages of span sp (locks held): home pages into hb, the
  * rest the common way. Adds to *released; 0 or -errno. */
 static long unmap_span(struct sb_buf *buf, struct sbi_span sp,
@@ -411,12 +449,12 @@ static long unmap_span(struct sb_buf *buf, struct sbi_span sp,
 		bool home_ends = false;
 
 		next = i + 1;
-		if (!occupied(buf, buf->pte[i]) || unmap_home(buf, i, hb))
+		if (!occupied(buf, buf->pte[i]) || unmap_in_place(buf, i, hb))
 			continue;
-		/* A run of pages that go the common way; a home page ends
-		 * it (and is taken care of). */
+		/* A run of pages that go the common way; a page released in
+		 * place ends it (and is taken care of). */
 		while (j < sp.end && j - i < 256 && occupied(buf, buf->pte[j]) &&
-		       !(home_ends = unmap_home(buf, j, hb)))
+		       !(home_ends = unmap_in_place(buf, j, hb)))
 			j++;
 		next = home_ends ? j + 1 : j;
 		r = sbi_vma_unplace(buf, i, j - i);

@@ -245,7 +245,7 @@ static int anon_over_filled(struct sb_buf *buf, size_t idx, size_t n)
 	struct sb_pool *pool = buf->pool;
 	size_t len = pages_len(buf, n), ps = pool->page_size;
 	char *tmp;
-	int e;
+	int e = 0;
 
 	for (size_t i = idx; i < idx + n; i++)
 		if (!sbi_pte_has_page(buf->pte[i]))
@@ -254,34 +254,38 @@ static int anon_over_filled(struct sb_buf *buf, size_t idx, size_t n)
 		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (tmp == MAP_FAILED)
 		return -errno;
-	for (size_t k = 0; k < n; k++) {
+	for (size_t k = 0; k < n && e == 0; k++) {
 		sbi_pid pid = sbi_pte_page(buf->pte[idx + k]);
 
-		if (sbi_file_read_all(sbi_pid_heap(pool, pid)->fd,
+		e = sbi_file_read_all(sbi_pid_heap(pool, pid)->fd,
 				      tmp + k * ps, ps,
-				      (uint64_t)sbi_pid_off(pool, pid)) < 0)
-			goto fail;
+				      (uint64_t)sbi_pid_off(pool, pid));
 	}
-	if (buf_prot(buf) != (PROT_READ | PROT_WRITE) &&
+	if (e == 0 && buf_prot(buf) != (PROT_READ | PROT_WRITE) &&
 	    mprotect(tmp, len, buf_prot(buf)) < 0)
-		goto fail;
-	/* (A failure after the kernel took the old mapping away would
-	 * leave a hole until the caller's anon_over fills it: a racing
-	 * touch then gets SIGSEGV. Only an allocation failure does that.)
-	 * The copy is memory outside the budget, up to a run of 256 pages,
-	 * dropped again once registered. */
+		e = -errno;
+	if (e < 0) {
+		munmap(tmp, len);
+		return e;
+	}
+	/* The copy is memory outside the budget, up to a run of 256
+	 * pages, dropped again once registered. */
 	SBI_MAP_BEGIN();
 	if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
-		   page_addr(buf, idx)) == MAP_FAILED) {
+		   page_addr(buf, idx)) != MAP_FAILED) {
 		SBI_MAP_END();
-		goto fail;
+		return 1;
 	}
 	SBI_MAP_END();
-	return 1;
-fail:
-	e = errno;
+	e = -errno;
 	munmap(tmp, len);
-	return -e;
+	/* The mapping limit is checked before anything changes; only an
+	 * allocation failing after the kernel took the old mapping away
+	 * leaves a hole, which the plain way must fill at once. */
+	if (mincore(page_addr(buf, idx), 1, &(unsigned char){0}) < 0 &&
+	    errno == ENOMEM)
+		return 0;
+	return e;
 }
 
 int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)

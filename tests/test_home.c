@@ -465,6 +465,29 @@ static int child(const char *name)
 	CHECK(still_home(b, 40) || !p->can_poison);
 	VERIFY(p);
 
+	/* 4a. The same for a page that lost its home (shared out, then
+	 * released: registered anonymous memory): its unmap drops the poison
+	 * where it is, no new mapping (a fresh one reads zeros until it is
+	 * registered), and the next touch reads it in. */
+	{
+		struct sb_buf *out = sb_buf_create(p, PAGE, 0, &err);
+
+		if (!out)
+			FAIL("sb_buf_create: %s", strerror(-err));
+		CHECK_EQ(touch_page(b, 44), 1);
+		CHECK_EQ(sb_buf_share(out, 0, b, 44 * PAGE, PAGE), 1);
+		CHECK(sb_buf_unmap(b, 44 * PAGE, PAGE) >= 0);
+		sb_buf_destroy(out);
+		CHECK(!still_home(b, 44));
+		sbi_test_io_fail(EIO, 1);
+		CHECK_EQ(touch_page(b, 44), -1);
+		CHECK_EQ(touch_page(b, 44), -1);
+		CHECK_EQ(sb_buf_unmap(b, 44 * PAGE, PAGE), 0);
+		CHECK_EQ(touch_page(b, 44), 1);
+		CHECK_EQ(sb_buf_placed(b, 44 * PAGE, PAGE), 1);
+		VERIFY(p);
+	}
+
 	/* 4b. The read is good but its write into the home page stops half
 	 * way: the same, and the half written is punched again. */
 	CHECK(sb_buf_unmap(b, 0, FILE_BYTES) >= 0);
