@@ -137,12 +137,7 @@ const struct sb_features *sbi_features(void);
 /* Open a userfaultfd the way the probe found to work, negotiate features
  * (a subset of what the kernel offers). Returns the fd or -errno. */
 int sbi_uffd_open(uint64_t features);
-/* The process's mappings now (a line of /proc/self/maps each). */
 long sbi_map_count(void);
-/* How many whole mappings make up [addr, addr+len) exactly, 0 when its
- * ends lie inside mappings or it has a gap; *total gets the process's
- * count from the same reading. -1 when /proc cannot be read. */
-long sbi_maps_making(const void *addr, size_t len, long *total);
 /* vm.max_map_count, read now (no probe: safe on the fault path). */
 long sbi_max_map_count(void);
 /* The folios the heaps (memfds) may get, in bytes, as the system's
@@ -1156,6 +1151,10 @@ void sbi_home_uncancel(struct sb_buf *buf, size_t i);
 void sbi_home_release(struct sb_buf *buf, const size_t *idx, size_t n);
 
 /* ---- vma.c: the address-space operations on a buffer's range ---------------*/
+
+/* Make the spare mappings that let a release through at vm.max_map_count
+ * (vma.c, anon_over) while there is room; cheap when they exist. */
+void sbi_vma_spares_fill(void);
 
 /* Map n pages of heap memory starting at pid over pages [idx, idx+n),
  * page-table entries filled. read_only maps without write permission (the

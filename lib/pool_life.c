@@ -224,6 +224,7 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	pool->client = client;	/* closed by free_pool from here on */
 	pool->id = atomic_fetch_add(&next_pool_id, 1) + 1;
 	sbi_stat_open(pool);
+	sbi_vma_spares_fill();	/* room for releases at the mapping limit */
 	pool->page_size = opts->page_size;
 	pool->heap_size = opts->heap_size;
 	pool->page_shift = (uint32_t)__builtin_ctzl(opts->page_size);

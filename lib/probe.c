@@ -236,74 +236,20 @@ static long read_long(const char *path)
 	return v;
 }
 
-/*
- * One pass over /proc/self/maps: how many mappings the process has, and
- * how many of them make up [start, end) exactly (0 when either end falls
- * inside a mapping or a gap lies between), as the kernel counts them
- * against vm.max_map_count. Read in chunks on the stack:
- * no allocation, no mapping made, so it works at the mapping limit.
- */
-static long maps_scan(uintptr_t start, uintptr_t end, long *whole)
+long sbi_map_count(void)
 {
-	char buf[16384];
-	long lines = 0, k = 0;
-	bool exact = start < end;
-	uintptr_t v[2] = {0, 0}, at = start;
-	int field = 0;	/* 0 and 1: the range's two ends; 2: the rest */
+	char buf[65536];
+	long lines = 0;
 	ssize_t n;
 	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return -1;
 	while ((n = read(fd, buf, sizeof(buf))) > 0)
-		for (ssize_t i = 0; i < n; i++) {
-			char c = buf[i];
-			int d = c >= '0' && c <= '9'	? c - '0'
-				: c >= 'a' && c <= 'f' ? c - 'a' + 10
-						       : -1;
-
-			if (c == '\n') {
-				lines++;
-				field = 0;
-				v[0] = v[1] = 0;
-			} else if (field < 2 && d >= 0) {
-				v[field] = v[field] << 4 | (uintptr_t)d;
-			} else if (field < 2) {
-				/* '-' or ' ': an end read; the second ends
-				 * the range, which is checked. */
-				if (++field < 2)
-					continue;
-				/* [vsyscall] is no mapping of the
-				 * process's: not counted. */
-				lines -= (long)(v[0] >> 63);
-				if (v[0] < end && v[1] > start) {
-					exact &= v[0] == at;
-					at = v[1];
-					k++;
-				}
-			}
-		}
+		for (ssize_t i = 0; i < n; i++)
+			lines += buf[i] == '\n';
 	close(fd);
-	if (n < 0)
-		return -1;
-	if (whole)
-		*whole = exact && at == end ? k : 0;
 	return lines;
-}
-
-long sbi_map_count(void)
-{
-	return maps_scan(0, 0, NULL);
-}
-
-long sbi_maps_making(const void *addr, size_t len, long *total)
-{
-	long whole = 0, lines;
-
-	lines = maps_scan((uintptr_t)addr, (uintptr_t)addr + len, &whole);
-	if (total)
-		*total = lines;
-	return lines < 0 ? -1 : whole;
 }
 
 static int cmp_ns(const void *a, const void *b)

@@ -32,6 +32,7 @@
 #include "uffd_compat.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -196,36 +197,74 @@ int sbi_vma_map_home(struct sb_buf *buf, size_t idx, size_t n,
 }
 
 /*
- * Private anonymous memory over [addr, addr+len). At vm.max_map_count the
- * kernel refuses every mmap, even one that would replace mappings whole.
- * munmap still works, so where the range is whole mappings and freeing
- * them brings the count back under the limit, fall back to munmap and
- * mmap into the hole; a racing touch of the range can then find nothing
- * mapped for a moment (SIGSEGV), which is why this is the fallback only.
- * Anywhere else the munmap would shrink a mapping without freeing one and
- * the mmap after it fail too, leaving a hole for good: refused instead
- * (ENOMEM), the old mapping left as it was. (Another thread's mmap between
- * the munmap and the mmap can take the freed room: then the hole stays.)
+ * Room for releases at the mapping limit. There the kernel refuses every
+ * mmap, even one that replaces mappings whole (a process gets past the
+ * limit by itself: a placement that splits a mapping at one below it
+ * makes two). munmap of part of a buffer is never safe: it leaves a hole
+ * that another thread's mmap can take before the range is mapped again
+ * (a library thread's heap, an application's malloc), and a hole touched
+ * is SIGSEGV. So the library keeps a few mappings of its own, made
+ * while there is room: giving one back lets the next mmap over a buffer
+ * range through. Shared anonymous mappings, each its own object: they
+ * never merge with a neighbour, so each munmap frees one.
+ */
+#define SPARES 4
+
+static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *spares[SPARES];
+static _Atomic int nspares;
+
+void sbi_vma_spares_fill(void)
+{
+	if (atomic_load_explicit(&nspares, memory_order_relaxed) == SPARES)
+		return;
+	pthread_mutex_lock(&spare_lock);
+	while (atomic_load(&nspares) < SPARES) {
+		void *p = mmap(NULL, 4096, PROT_NONE,
+			       MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+			       0);
+
+		if (p == MAP_FAILED)
+			break;
+		spares[atomic_load(&nspares)] = p;
+		atomic_fetch_add(&nspares, 1);
+	}
+	pthread_mutex_unlock(&spare_lock);
+}
+
+/* One spare given back to the kernel; false when none is left. */
+static bool spare_release(void)
+{
+	bool done = false;
+
+	pthread_mutex_lock(&spare_lock);
+	if (atomic_load(&nspares) > 0) {
+		int k = atomic_fetch_sub(&nspares, 1) - 1;
+
+		munmap(spares[k], 4096);
+		done = true;
+	}
+	pthread_mutex_unlock(&spare_lock);
+	return done;
+}
+
+/*
+ * Private anonymous memory over [addr, addr+len), in one mmap that
+ * replaces what is there (no moment without a mapping). Refused with
+ * ENOMEM at the mapping limit: then spares are given back one at a time
+ * and the mmap tried again; when none is left (or another thread's mmap
+ * took the room each time) it fails and nothing has changed.
  */
 static int anon_over(char *addr, size_t len, int prot)
 {
 	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
-	long whole, total;
 
-	if (fixed_map(addr, len, prot, flags, -1, 0) != MAP_FAILED)
-		return 0;
-	if (errno != ENOMEM)
-		return -1;
-	whole = sbi_maps_making(addr, len, &total);
-	if (whole <= 0 || total - whole > sbi_max_map_count()) {
-		errno = ENOMEM;
-		return -1;
+	for (;;) {
+		if (fixed_map(addr, len, prot, flags, -1, 0) != MAP_FAILED)
+			return 0;
+		if (errno != ENOMEM || !spare_release())
+			return -1;
 	}
-	if (munmap(addr, len) < 0)
-		return -1;
-	if (fixed_map(addr, len, prot, flags, -1, 0) != MAP_FAILED)
-		return 0;
-	return -1;
 }
 
 /*
@@ -332,6 +371,9 @@ int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 	 * Its write raced with the unmap and is lost, as unmap promises. */
 	if (!sigbus)
 		madvise(addr, len, MADV_DONTNEED);
+	/* The registration merged the range with its neighbours: room,
+	 * maybe, for spares given back at the limit. */
+	sbi_vma_spares_fill();
 	return 0;
 }
 

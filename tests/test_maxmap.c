@@ -3,6 +3,8 @@
  * a crash; accounting stays exact and everything can be released. */
 #include "harness.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 
 static int child(const char *name)
@@ -217,51 +219,153 @@ static bool mapped(const char *a, size_t len)
 	return mincore((void *)a, len, v) == 0;
 }
 
+/* Whether every page of the buffer is mapped: no hole. */
+static bool no_hole(struct sb_buf *b)
+{
+	return mapped(sb_buf_addr(b), sb_buf_length(b));
+}
+
 /*
- * Releases past the limit, where every mmap fails. A release falls back to
- * munmap and mmap into the hole; the munmap of part of a mapping (here the
- * last page of a run of three, one mapping) only shrinks it, the mmap after
- * it failed too, and the page was left unmapped while the buffer still
- * counted it placed: its touch got SIGSEGV. Now such a release fails with
- * -ENOMEM and changes nothing; a page that is a mapping of its own is
- * released.
+ * Releases past the limit, where every mmap fails. A release used to fall
+ * back to munmap and mmap into the hole: the munmap of part of a mapping
+ * only shrank it, the mmap after it failed too, and the page was left
+ * unmapped while the buffer counted it placed (its touch: SIGSEGV); and
+ * when the munmap did free room, another thread's mmap could take it, or
+ * land in the hole. Now no release unmaps part of a buffer: the library
+ * gives back mappings of its own (spares) to make room, and when it has
+ * none left the release fails with -ENOMEM and changes nothing.
  */
 static void release_over_limit(void)
 {
-	size_t page = 4 * KiB, mlen, nmade;
+	size_t page = 4 * KiB, n = 48, mlen, nmade;
 	struct sb_pool *p = make_pool(page, 64 * MiB, 0);
-	struct sb_buf *b = make_buf(p, 8 * page, 0);
+	struct sb_buf *b = make_buf(p, 64 * page, 0);
 	char *x = sb_buf_addr(b), *m, **made;
+	long ok = 0, refused = 0;
 
-	CHECK_EQ(sb_buf_map(b, 0, 3 * page), 3);
-	CHECK_EQ(sb_buf_map(b, 5 * page, page), 1);
-	for (size_t i = 0; i < 6; i++)
-		if (i < 3 || i == 5)
-			memset(x + i * page, (int)(i + 1), page);
-	CHECK_EQ(maps_in(x, 3 * page), 1);
-	CHECK_EQ(maps_in(x + 5 * page, page), 1);
+	CHECK_EQ(sb_buf_map(b, 0, n * page), (long)n);
+	for (size_t i = 0; i < n; i++)
+		memset(x + i * page, (int)(i + 1), page);
+	CHECK_EQ(maps_in(x, n * page), 1);
 	m = eat_mappings(page, &mlen);
 	made = over_limit(&nmade);
-	/* The end of a mapping, and its middle: refused, all as it was. */
-	CHECK_EQ(sb_buf_unmap(b, 2 * page, page), -ENOMEM);
-	CHECK_EQ(sb_buf_unmap(b, page, page), -ENOMEM);
-	CHECK(mapped(x, 3 * page));
-	CHECK_EQ(sb_buf_placed(b, 0, 3 * page), 3);
-	for (size_t i = 0; i < 3; i++)
-		CHECK_EQ(x[i * page + page - 1], (char)(i + 1));
-	/* A mapping whole: released. */
-	CHECK_EQ(sb_buf_unmap(b, 5 * page, page), 1);
-	CHECK(mapped(x + 5 * page, page));
-	CHECK_EQ(sb_buf_placed(b, 5 * page, page), 0);
+	/* Pages inside the mapping: each release splits it in three. */
+	for (size_t i = 1; i < n; i += 2) {
+		long r = sb_buf_unmap(b, i * page, page);
+
+		if (r == 1) {
+			CHECK_EQ(sb_buf_placed(b, i * page, page), 0);
+			ok++;
+		} else {
+			CHECK_EQ(r, -ENOMEM);
+			CHECK_EQ(sb_buf_placed(b, i * page, page), 1);
+			CHECK_EQ(x[i * page + page - 1], (char)(i + 1));
+			refused++;
+		}
+		CHECK(no_hole(b));
+	}
 	over_limit_end(made, nmade);
 	free_mappings(m, mlen);
-	printf("past the limit (%zu mappings more): part of a mapping "
-	       "refused, a whole one released\n", nmade);
-	CHECK_EQ(x[5 * page], 0);
-	CHECK_EQ(sb_buf_unmap(b, 0, 3 * page), 3);
-	CHECK_EQ(sb_buf_placed(b, 0, 3 * page), 0);
-	CHECK_EQ(x[2 * page], 0);
-	CHECK_EQ(stats(p).pages_used, sb_buf_placed(b, 0, 8 * page));
+	printf("past the limit (%zu mappings more): %ld releases made room "
+	       "with spares, %ld refused (-ENOMEM), no hole\n",
+	       nmade, ok, refused);
+	CHECK(ok > 0);
+	CHECK(refused > 0);
+	for (size_t i = 0; i < n; i++)
+		if (sb_buf_placed(b, i * page, page))
+			CHECK_EQ(x[i * page], (char)(i + 1));
+	CHECK_EQ(sb_buf_unmap(b, 0, sb_buf_length(b)),
+		 (long)n - ok);
+	CHECK_EQ(stats(p).pages_used, 0);
+	VERIFY(p);
+	sb_buf_destroy(b);
+	sb_pool_destroy(p);
+}
+
+/* An application thread's own mappings, made and checked while the
+ * library releases pages at the limit. */
+struct app_racer {
+	_Atomic bool stop;
+	long rounds, clobbered, inside;
+	const char *lo, *hi;	/* the buffer's range */
+};
+
+static void *app_mmaps(void *arg)
+{
+	struct app_racer *a = arg;
+
+	while (!atomic_load(&a->stop)) {
+		char *q = mmap(NULL, 4 * KiB, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (q == MAP_FAILED)
+			continue;
+		if (q >= a->lo && q < a->hi)
+			a->inside++;
+		memset(q, 0x5a, 64);
+		sched_yield();
+		for (int k = 0; k < 64; k++)
+			if (q[k] != 0x5a) {
+				a->clobbered++;
+				break;
+			}
+		munmap(q, 4 * KiB);
+		a->rounds++;
+	}
+	return NULL;
+}
+
+/*
+ * The same with an application thread mapping and unmapping memory of its
+ * own meanwhile (a malloc of a large block): its mappings never land in a
+ * buffer, nothing of either is clobbered, and no buffer page is left
+ * without a mapping.
+ */
+static void release_racing_app(void)
+{
+	size_t page = 4 * KiB, n = 64, mlen, nmade;
+	struct sb_pool *p = make_pool(page, 64 * MiB, 0);
+	struct sb_buf *b = make_buf(p, n * page, 0);
+	char *x = sb_buf_addr(b), *m, **made;
+	struct app_racer a = {.lo = x, .hi = x + n * page};
+	long cycles = 0;
+	pthread_t th;
+	double t0;
+
+	/* Every other page placed: each a mapping of its own. */
+	for (size_t i = 0; i < n; i += 2) {
+		CHECK_EQ(sb_buf_map(b, i * page, page), 1);
+		memset(x + i * page, (int)(i + 1), page);
+	}
+	m = eat_mappings(page, &mlen);
+	made = over_limit(&nmade);
+	atomic_init(&a.stop, false);
+	pthread_create(&th, NULL, app_mmaps, &a);
+	t0 = now_s();
+	while (now_s() - t0 < 0.5) {
+		size_t i = 2 * ((size_t)cycles % (n / 2));
+		long r = sb_buf_unmap(b, i * page, page);
+
+		CHECK(r == 1 || r == 0 || r == -ENOMEM);
+		r = sb_buf_map(b, i * page, page);
+		CHECK(r == 1 || r == 0 || r == -ENOMEM);
+		cycles++;
+	}
+	atomic_store(&a.stop, true);
+	pthread_join(th, NULL);
+	CHECK(no_hole(b));
+	over_limit_end(made, nmade);
+	free_mappings(m, mlen);
+	printf("releases racing an application's mmaps at the limit: %ld "
+	       "cycles, %ld mmaps, %ld inside the buffer, %ld clobbered\n",
+	       cycles, a.rounds, a.inside, a.clobbered);
+	CHECK_EQ(a.inside, 0);
+	CHECK_EQ(a.clobbered, 0);
+	for (size_t i = 0; i < n; i += 2)
+		if (sb_buf_placed(b, i * page, page))
+			CHECK(x[i * page] == (char)(i + 1) || x[i * page] == 0);
+	CHECK(sb_buf_unmap(b, 0, n * page) >= 0);
+	CHECK_EQ(stats(p).pages_used, 0);
 	VERIFY(p);
 	sb_buf_destroy(b);
 	sb_pool_destroy(p);
@@ -312,5 +416,6 @@ static int main_test(void)
 	evicted_back();
 	file_map_at_limit();
 	release_over_limit();
+	release_racing_app();
 	return 0;
 }
