@@ -211,12 +211,16 @@ static void over_limit_end(char **made, size_t n)
 	free(made);
 }
 
-/* Whether [a, a+len) is mapped (mincore fails with ENOMEM where not). */
+/* Whether [a, a+len) is mapped (mincore fails with ENOMEM where not),
+ * a 4 KiB page at a time (mincore writes a byte a page). */
 static bool mapped(const char *a, size_t len)
 {
-	unsigned char v[16];
+	unsigned char v;
 
-	return mincore((void *)a, len, v) == 0;
+	for (size_t off = 0; off < len; off += 4 * KiB)
+		if (mincore((void *)(a + off), 4 * KiB, &v) < 0)
+			return false;
+	return true;
 }
 
 /* Whether every page of the buffer is mapped: no hole. */
@@ -285,7 +289,7 @@ static void release_over_limit(void)
 /* An application thread's own mappings, made and checked while the
  * library releases pages at the limit. */
 struct app_racer {
-	_Atomic bool stop;
+	_Atomic bool go, stop;
 	long rounds, clobbered, inside;
 	const char *lo, *hi;	/* the buffer's range */
 };
@@ -294,6 +298,8 @@ static void *app_mmaps(void *arg)
 {
 	struct app_racer *a = arg;
 
+	while (!atomic_load(&a->go))
+		sched_yield();
 	while (!atomic_load(&a->stop)) {
 		char *q = mmap(NULL, 4 * KiB, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -337,10 +343,13 @@ static void release_racing_app(void)
 		CHECK_EQ(sb_buf_map(b, i * page, page), 1);
 		memset(x + i * page, (int)(i + 1), page);
 	}
-	m = eat_mappings(page, &mlen);
-	made = over_limit(&nmade);
+	/* The thread first: a sanitizer's thread needs mappings. */
+	atomic_init(&a.go, false);
 	atomic_init(&a.stop, false);
 	pthread_create(&th, NULL, app_mmaps, &a);
+	m = eat_mappings(page, &mlen);
+	made = over_limit(&nmade);
+	atomic_store(&a.go, true);
 	t0 = now_s();
 	while (now_s() - t0 < 0.5) {
 		size_t i = 2 * ((size_t)cycles % (n / 2));
