@@ -76,11 +76,31 @@ static struct sb_buf *fail(int *err, int e)
 	return NULL;
 }
 
-/* Reserve len bytes aligned to align (a power of two >= 4 KiB). */
+#define PMD_BYTES ((size_t)2 << 20)
+
+/*
+ * Reserve len bytes aligned to align (a power of two >= 4 KiB), between two
+ * guard pages. A release maps fresh anonymous memory over a page and then
+ * registers it; at a buffer's edge that memory would merge with a
+ * neighbour of the same kind (an application's mapping, another buffer's
+ * page being released), and at vm.max_map_count the registration, which
+ * must split the merged mapping again, would fail and leave the page
+ * unregistered: zeros, outside the budget (an adversarial test,
+ * 2026-11-29). A guard is a page of shared anonymous memory, an object of
+ * its own that merges with nothing, never accessible.
+ */
 static char *reserve(size_t len, size_t align, int prot)
 {
-	size_t slack = align - 4096;
-	char *p, *aligned;
+	size_t slack;
+
+	/* A range of 2 MiB or more starts on a 2 MiB boundary, as the
+	 * kernel would place it without the guards: heap folios of that
+	 * size can then be mapped whole (PMD) into it. */
+	if (len >= PMD_BYTES && align < PMD_BYTES)
+		align = PMD_BYTES;
+	slack = align - 4096 + 2 * SBI_GUARD;
+	char *p, *aligned, *end;
+	int guard = MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED;
 
 	if (len > SIZE_MAX - slack)
 		return NULL;
@@ -90,12 +110,27 @@ static char *reserve(size_t len, size_t align, int prot)
 	SBI_MAP_END();
 	if (p == MAP_FAILED)
 		return NULL;
-	aligned = (char *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
-	if (aligned > p)
-		munmap(p, (size_t)(aligned - p));
-	if (p + slack > aligned)
-		munmap(aligned + len, (size_t)(p + slack - aligned));
+	aligned = (char *)(((uintptr_t)p + SBI_GUARD + align - 1) &
+			   ~(uintptr_t)(align - 1));
+	end = aligned + len + SBI_GUARD;
+	if (mmap(aligned - SBI_GUARD, SBI_GUARD, PROT_NONE, guard, -1, 0) ==
+		    MAP_FAILED ||
+	    mmap(aligned + len, SBI_GUARD, PROT_NONE, guard, -1, 0) ==
+		    MAP_FAILED) {
+		munmap(p, len + slack);
+		return NULL;
+	}
+	if (aligned - SBI_GUARD > p)
+		munmap(p, (size_t)(aligned - SBI_GUARD - p));
+	if (p + len + slack > end)
+		munmap(end, (size_t)(p + len + slack - end));
 	return aligned;
+}
+
+/* A buffer's range given back, guards and all. */
+static void unreserve(char *base, size_t len)
+{
+	munmap(base - SBI_GUARD, len + 2 * SBI_GUARD);
 }
 
 /*
@@ -187,7 +222,7 @@ struct sb_buf *sbi_buf_create(struct sb_pool *pool, size_t length,
 		atomic_fetch_add(&pool->n_evictable, 1);
 	return buf;
 out_unmap:
-	munmap(buf->base, len);
+	unreserve(buf->base, len);
 out_unlock:
 	pthread_rwlock_unlock(&pool->layout);
 out_free:
@@ -261,7 +296,7 @@ SB_API void sb_buf_destroy(struct sb_buf *buf)
 		sbi_pagein_drain(buf);
 
 	pthread_mutex_lock(&buf->lock);
-	munmap(buf->base, buf->length);
+	unreserve(buf->base, buf->length);
 	if (disk_used(buf))
 		for (size_t i = 0; i < buf->disk_hi; i++)
 			if (!sbi_pte_has_page(buf->pte[i]))

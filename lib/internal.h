@@ -919,6 +919,8 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready);
 
 /* Internal buffer flags (beside the public SB_BUF_*). */
 #define SBI_BUF_RO (1u << 30)		/* read-only: a file's pages */
+/* The guard page on each side of a buffer's range (buf.c, reserve). */
+#define SBI_GUARD 4096
 
 /* The page placed, SBI_NOPAGE when nothing is placed. */
 static inline sbi_ptref sbi_pte_ref(uint64_t pte)

@@ -232,17 +232,18 @@ void sbi_vma_spares_fill(void)
 	pthread_mutex_unlock(&spare_lock);
 }
 
-/* One spare given back to the kernel; false when none is left. */
+/* One spare given back to the kernel; false when none is left. (A spare
+ * whose munmap fails, which only a program that mapped over it can
+ * cause, is forgotten and the next one tried.) */
 static bool spare_release(void)
 {
 	bool done = false;
 
 	pthread_mutex_lock(&spare_lock);
-	if (atomic_load(&nspares) > 0) {
+	while (!done && atomic_load(&nspares) > 0) {
 		int k = atomic_fetch_sub(&nspares, 1) - 1;
 
-		munmap(spares[k], 4096);
-		done = true;
+		done = munmap(spares[k], 4096) == 0;
 	}
 	pthread_mutex_unlock(&spare_lock);
 	return done;
@@ -355,7 +356,13 @@ int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 	if (!filled &&
 	    anon_over(addr, len, sigbus ? PROT_NONE : buf_prot(buf)) < 0)
 		return map_error(errno);
-	r = sbi_uffd_register(uffd, addr, len, UFFDIO_REGISTER_MODE_MISSING);
+	/* The new mapping is the range exactly (guard pages keep foreign
+	 * mappings from merging with it), so registering it splits
+	 * nothing; should the kernel still want room, spares give it. */
+	do
+		r = sbi_uffd_register(uffd, addr, len,
+				      UFFDIO_REGISTER_MODE_MISSING);
+	while (r == -ENOMEM && spare_release());
 	if (r == 0 && sigbus && mprotect(addr, len, buf_prot(buf)) < 0)
 		r = -errno;
 	if (r < 0) {
