@@ -91,6 +91,8 @@ static struct sb_buf *fail(int *err, int e)
  */
 static char *reserve(size_t len, size_t align, int prot)
 {
+	int guard = MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED;
+	char *p, *aligned, *end;
 	size_t slack;
 
 	/* A range of 2 MiB or more starts on a 2 MiB boundary, as the
@@ -99,8 +101,6 @@ static char *reserve(size_t len, size_t align, int prot)
 	if (len >= PMD_BYTES && align < PMD_BYTES)
 		align = PMD_BYTES;
 	slack = align - 4096 + 2 * SBI_GUARD;
-	char *p, *aligned, *end;
-	int guard = MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED;
 
 	if (len > SIZE_MAX - slack)
 		return NULL;
