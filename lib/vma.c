@@ -129,6 +129,48 @@ fill_by_faults(struct sb_pool *pool, const char *p, size_t len,
 				  (uint64_t)(r1.ru_majflt - r0.ru_majflt));
 }
 
+/*
+ * Page tables that a system call makes, walked at once. A hypervisor that
+ * shadows the guest's page tables (PVM: the AMD EPYC hosts of this kind)
+ * write-protects each page directory and counts the writes to it; after a
+ * few in a row with no fault through the directory in between, it drops
+ * that directory's whole shadow (KVM's write-flooding heuristic). Every
+ * entry under that gigabyte, hot KV pages and model pages alike, then
+ * costs its first access again: 5-10 us a 4 KiB. A populate that needs a
+ * new page table writes one directory entry, and the ready thread places
+ * the next page of every region of a KV cache together: at each 2 MiB of
+ * growth, 72 directory entries in a row, and the decoding thread spent
+ * 0.5-2 ms a step for the next 16 steps re-faulting pages it had written
+ * long before (bench/kv, every 1024th step; design.md, "Page tables on a
+ * shadow-paging host"). A read of a page just populated is a fault through
+ * its directory, which resets the count: so a placement populates 2 MiB
+ * (one page table) at a time and reads the first byte of each. Without
+ * shadow paging the read is one cache miss. The mapping is new and
+ * registered with no uffd, so the read never waits for a handler (as in
+ * fill_by_faults).
+ */
+#define TABLE_SPAN ((uintptr_t)2 << 20)
+
+__attribute__((no_sanitize("address", "thread"))) static void
+populate_walked(const char *p, size_t len, bool populated)
+{
+	uintptr_t a = (uintptr_t)p, end = a + len;
+
+	while (a < end) {
+		uintptr_t next = (a & ~(TABLE_SPAN - 1)) + TABLE_SPAN;
+
+		if (next > end)
+			next = end;
+		/* MADV_POPULATE_READ fills a shared mapping as MAP_POPULATE
+		 * does; a kernel without it (before 5.14) leaves the rest to
+		 * the owner's faults, which the page cache serves. */
+		if (!populated)
+			madvise((void *)a, next - a, MADV_POPULATE_READ);
+		(void)*(const volatile char *)a;
+		a = next;
+	}
+}
+
 int sbi_uffd_register(int uffd, void *addr, size_t len, uint64_t mode)
 {
 	struct uffdio_register reg = {
@@ -154,10 +196,19 @@ int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
 	 * touches take no fault. */
 	home_lose(buf, idx, n);
 	if (!pool->fault_around) {
-		p = fixed_map(page_addr(buf, idx), pages_len(buf, n), prot,
-			      MAP_SHARED | MAP_POPULATE, h->fd,
-			      sbi_pid_off(pool, pid));
-		return p == MAP_FAILED ? map_error(errno) : 0;
+		char *addr = page_addr(buf, idx);
+		size_t len = pages_len(buf, n);
+		/* Within one page table, MAP_POPULATE does it in one call. */
+		bool one_table = (((uintptr_t)addr ^ ((uintptr_t)addr + len - 1)) &
+				  ~(TABLE_SPAN - 1)) == 0;
+
+		p = fixed_map(addr, len, prot,
+			      MAP_SHARED | (one_table ? MAP_POPULATE : 0),
+			      h->fd, sbi_pid_off(pool, pid));
+		if (p == MAP_FAILED)
+			return map_error(errno);
+		populate_walked(p, len, one_table);
+		return 0;
 	}
 	p = fixed_map(page_addr(buf, idx), pages_len(buf, n), prot, MAP_SHARED,
 		      h->fd, sbi_pid_off(pool, pid));
