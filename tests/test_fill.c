@@ -12,7 +12,8 @@
  * and the test checks that instead: no fault on the caller after the map,
  * map_faults 0. With huge shmem folios one fault may map a whole 2 MiB:
  * the counts are bounds then. A prefetch the caller waits for counts its
- * faults too.
+ * faults too. A run across 2 MiB boundaries (several page tables) is
+ * filled whole.
  */
 #include "harness.h"
 
@@ -134,6 +135,11 @@ static void page_size_case(size_t page, bool by_faults, long fa)
 	map_and_write(p, b, page, 0, 1, by_faults, fa);
 	map_and_write(p, b, page, 1, 3, by_faults, fa);
 	map_and_write(p, b, page, 100, 1, by_faults, fa);
+	/* A run across page tables, starting a page before a 2 MiB
+	 * boundary: populated a table at a time (vma.c, populate_walked),
+	 * every part of it. */
+	map_and_write(p, b, page, 64 * MiB / page - 1, 2 * MiB / page + 2,
+		      by_faults, fa);
 	VERIFY(p);
 	sb_buf_destroy(b);
 	sb_pool_destroy(p);
