@@ -145,9 +145,10 @@ fill_by_faults(struct sb_pool *pool, const char *p, size_t len,
  * shadow-paging host"). A read of a page just populated is a fault through
  * its directory, which resets the count: so a placement populates 2 MiB
  * (one page table) at a time and reads the first byte of each. Without
- * shadow paging the read is one cache miss. The mapping is new and
- * registered with no uffd, so the read never waits for a handler (as in
- * fill_by_faults).
+ * shadow paging the read is one cache miss. The read is of an entry just
+ * written, in a mapping registered with no uffd (a placement: as in
+ * fill_by_faults) or for write-protection only (a share), so it never
+ * waits for a handler, which may need the buffer lock held here.
  */
 #define TABLE_SPAN ((uintptr_t)2 << 20)
 
@@ -161,12 +162,13 @@ populate_walked(const char *p, size_t len, bool populated)
 
 		if (next > end)
 			next = end;
-		/* MADV_POPULATE_READ fills a shared mapping as MAP_POPULATE
-		 * does; a kernel without it (before 5.14) leaves the rest to
-		 * the owner's faults, which the page cache serves. */
-		if (!populated)
-			madvise((void *)a, next - a, MADV_POPULATE_READ);
-		(void)*(const volatile char *)a;
+		/* MADV_POPULATE_READ fills a mapping as MAP_POPULATE does a
+		 * shared one; a kernel without it (before 5.14) leaves the
+		 * entries to the owner's faults, which the page cache
+		 * serves. */
+		if (populated ||
+		    madvise((void *)a, next - a, MADV_POPULATE_READ) == 0)
+			(void)*(const volatile char *)a;
 		a = next;
 	}
 }
@@ -622,8 +624,10 @@ int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
 	if (r < 0)
 		return r;
 	madvise(addr, len, MADV_DONTNEED);
-	/* Reads then take no fault (a read populate copies nothing). */
-	madvise(addr, len, MADV_POPULATE_READ);
+	/* Reads then take no fault (a read populate copies nothing); a
+	 * table at a time, as a placement (sb_buf_share of a prompt into
+	 * 72 regions makes new tables in each). */
+	populate_walked(addr, len, false);
 	return 0;
 }
 
