@@ -163,14 +163,29 @@ populate_walked(const char *p, size_t len, bool populated)
 		if (next > end)
 			next = end;
 		/* MADV_POPULATE_READ fills a mapping as MAP_POPULATE does a
-		 * shared one; a kernel without it (before 5.14) leaves the
-		 * entries to the owner's faults, which the page cache
-		 * serves. */
+		 * shared one. A kernel without it (before 5.14) says EINVAL:
+		 * a read of each 4 KiB then, each a fault through the
+		 * directory. Other errors leave the entries to the owner's
+		 * faults, as MAP_POPULATE did. */
 		if (populated ||
 		    madvise((void *)a, next - a, MADV_POPULATE_READ) == 0)
 			(void)*(const volatile char *)a;
+		else if (errno == EINVAL)
+			for (uintptr_t q = a; q < next; q += 4096)
+				(void)*(const volatile char *)q;
 		a = next;
 	}
+}
+
+/* A read in each 2 MiB of [p, p + len), of a mapping no uffd watches: a
+ * page table missing there is made by the read's fault, which then walks
+ * through the directory. */
+__attribute__((no_sanitize("address", "thread"))) static void
+tables_by_faults(const char *p, size_t len)
+{
+	for (uintptr_t a = (uintptr_t)p, end = a + len; a < end;
+	     a = (a & ~(TABLE_SPAN - 1)) + TABLE_SPAN)
+		(void)*(const volatile char *)a;
 }
 
 int sbi_uffd_register(int uffd, void *addr, size_t len, uint64_t mode)
@@ -620,13 +635,17 @@ int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
 		      sbi_pid_heap(pool, pid)->fd, sbi_pid_off(pool, pid)) ==
 	    MAP_FAILED)
 		return map_error(errno);
+	/* The write-protect makes every page table of the range at once, to
+	 * hold its markers: directory writes in a row (populate_walked). A
+	 * read in each 2 MiB first makes them one fault at a time; the
+	 * mapping is registered with no uffd yet, and a read copies
+	 * nothing. */
+	tables_by_faults(addr, len);
 	r = sbi_vma_protect(buf, idx, n, uffd);
 	if (r < 0)
 		return r;
 	madvise(addr, len, MADV_DONTNEED);
-	/* Reads then take no fault (a read populate copies nothing); a
-	 * table at a time, as a placement (sb_buf_share of a prompt into
-	 * 72 regions makes new tables in each). */
+	/* Reads then take no fault (a read populate copies nothing). */
 	populate_walked(addr, len, false);
 	return 0;
 }
