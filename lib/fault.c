@@ -118,7 +118,8 @@ fail:
 	sbi_grow_note(buf, idx);	/* after the wake: off its path */
 }
 
-static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
+static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx,
+		       uint32_t tid)
 {
 	uint64_t *pte = &buf->pte[idx];
 	sbi_pid old, pid;
@@ -177,7 +178,7 @@ static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx)
 	}
 	if (r < 0) {
 		sbi_sigbus_note(buf, idx, r, "copy-on-write");
-		if (sbi_vma_wpfail(buf, idx, old) == 0)
+		if (sbi_vma_wpfail(buf, idx, old, tid) == 0)
 			*pte = (*pte & ~SBI_PTE_SHARED) | SBI_PTE_WPFAIL |
 			       SBI_PTE_PRIVMAP;
 		return;
@@ -213,7 +214,8 @@ static void service(struct sb_pool *pool, const struct uffd_msg *msg)
 
 		pthread_mutex_lock(&buf->lock);
 		if (flags & UFFD_PAGEFAULT_FLAG_WP)
-			service_wp(pool, buf, idx);
+			service_wp(pool, buf, idx,
+				   msg->arg.pagefault.feat.ptid);
 		else
 			service_missing(pool, buf, idx,
 					flags & UFFD_PAGEFAULT_FLAG_MINOR);

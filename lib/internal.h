@@ -1189,7 +1189,7 @@ int sbi_vma_poison(struct sb_buf *buf, size_t idx);
  * place: the kernel's poison marker goes (a punch leaves markers). */
 int sbi_vma_unpoison(struct sb_buf *buf, size_t idx);
 /* Make writes to placed page idx raise SIGBUS (copy impossible). */
-int sbi_vma_wpfail(struct sb_buf *buf, size_t idx, sbi_pid pid);
+int sbi_vma_wpfail(struct sb_buf *buf, size_t idx, sbi_pid pid, uint32_t tid);
 void sbi_vma_wake(struct sb_buf *buf, size_t idx);
 int sbi_uffd_register(int uffd, void *addr, size_t len, uint64_t mode);
 int sbi_uffd_wp(int uffd, void *addr, size_t len, bool on);

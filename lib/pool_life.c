@@ -321,9 +321,12 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 		r = -ENOMEM;
 		goto out;
 	}
+	/* THREAD_ID: a copy-on-write that can get no mapping signals the
+	 * writing thread itself (fault.c, service_wp). */
 	pool->uffd = r = sbi_uffd_open(UFFD_FEATURE_WP_HUGETLBFS_SHMEM |
 				       UFFD_FEATURE_POISON |
-				       UFFD_FEATURE_MINOR_SHMEM);
+				       UFFD_FEATURE_MINOR_SHMEM |
+				       UFFD_FEATURE_THREAD_ID);
 	if (r < 0)
 		goto out;
 	pool->uffd_sigbus = r = sbi_uffd_open(UFFD_FEATURE_SIGBUS |

@@ -33,11 +33,13 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #ifndef MADV_POPULATE_READ
@@ -691,7 +693,7 @@ int sbi_vma_unpoison(struct sb_buf *buf, size_t idx)
 	return 0;
 }
 
-int sbi_vma_wpfail(struct sb_buf *buf, size_t idx, sbi_pid pid)
+int sbi_vma_wpfail(struct sb_buf *buf, size_t idx, sbi_pid pid, uint32_t tid)
 {
 	SBI_HELD(&buf->lock);
 	SBI_HELD(&buf->pool->layout);
@@ -721,6 +723,16 @@ int sbi_vma_wpfail(struct sb_buf *buf, size_t idx, sbi_pid pid)
 		r = -errno;
 	if (r == 0)	/* reads then take no fault */
 		madvise(addr, len, MADV_POPULATE_READ);
+	/*
+	 * Refused (past vm.max_map_count every mmap fails): the page stays
+	 * shared and write-protected, and the woken thread would retry its
+	 * write into the same fault for ever (1.2 million messages and no
+	 * progress, an adversarial test of 2026-11-29). It gets its SIGBUS
+	 * directly, pending before the wake-up: tid is the faulting thread
+	 * (UFFD_FEATURE_THREAD_ID), si_code SI_TKILL, no address.
+	 */
+	if (r < 0 && tid)
+		syscall(SYS_tgkill, getpid(), (pid_t)tid, SIGBUS);
 	sbi_vma_wake(buf, idx);
 	return r;
 }
