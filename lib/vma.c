@@ -155,7 +155,8 @@ fill_by_faults(struct sb_pool *pool, const char *p, size_t len,
 #define TABLE_SPAN ((uintptr_t)2 << 20)
 
 __attribute__((no_sanitize("address", "thread"))) static void
-populate_walked(const char *p, size_t len, bool populated)
+populate_walked(struct sb_pool *pool, const char *p, size_t len,
+		bool populated)
 {
 	uintptr_t a = (uintptr_t)p, end = a + len;
 
@@ -173,21 +174,9 @@ populate_walked(const char *p, size_t len, bool populated)
 		    madvise((void *)a, next - a, MADV_POPULATE_READ) == 0)
 			(void)*(const volatile char *)a;
 		else if (errno == EINVAL)
-			for (uintptr_t q = a; q < next; q += 4096)
-				(void)*(const volatile char *)q;
+			fill_by_faults(pool, (const char *)a, next - a, 4096);
 		a = next;
 	}
-}
-
-/* A read in each 2 MiB of [p, p + len), of a mapping no uffd watches: a
- * page table missing there is made by the read's fault, which then walks
- * through the directory. */
-__attribute__((no_sanitize("address", "thread"))) static void
-tables_by_faults(const char *p, size_t len)
-{
-	for (uintptr_t a = (uintptr_t)p, end = a + len; a < end;
-	     a = (a & ~(TABLE_SPAN - 1)) + TABLE_SPAN)
-		(void)*(const volatile char *)a;
 }
 
 int sbi_uffd_register(int uffd, void *addr, size_t len, uint64_t mode)
@@ -217,16 +206,16 @@ int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
 	if (!pool->fault_around) {
 		char *addr = page_addr(buf, idx);
 		size_t len = pages_len(buf, n);
+		uintptr_t a = (uintptr_t)addr;
 		/* Within one page table, MAP_POPULATE does it in one call. */
-		bool one_table = (((uintptr_t)addr ^ ((uintptr_t)addr + len - 1)) &
-				  ~(TABLE_SPAN - 1)) == 0;
+		bool one_table = (a ^ (a + len - 1)) < TABLE_SPAN;
 
 		p = fixed_map(addr, len, prot,
 			      MAP_SHARED | (one_table ? MAP_POPULATE : 0),
 			      h->fd, sbi_pid_off(pool, pid));
 		if (p == MAP_FAILED)
 			return map_error(errno);
-		populate_walked(p, len, one_table);
+		populate_walked(pool, p, len, one_table);
 		return 0;
 	}
 	p = fixed_map(page_addr(buf, idx), pages_len(buf, n), prot, MAP_SHARED,
@@ -639,16 +628,16 @@ int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
 		return map_error(errno);
 	/* The write-protect makes every page table of the range at once, to
 	 * hold its markers: directory writes in a row (populate_walked). A
-	 * read in each 2 MiB first makes them one fault at a time; the
-	 * mapping is registered with no uffd yet, and a read copies
-	 * nothing. */
-	tables_by_faults(addr, len);
+	 * read in each 2 MiB first makes them one fault at a time, each
+	 * walking through the directory; the mapping is registered with no
+	 * uffd yet, and a read copies nothing. */
+	fill_by_faults(pool, addr, len, TABLE_SPAN);
 	r = sbi_vma_protect(buf, idx, n, uffd);
 	if (r < 0)
 		return r;
 	madvise(addr, len, MADV_DONTNEED);
 	/* Reads then take no fault (a read populate copies nothing). */
-	populate_walked(addr, len, false);
+	populate_walked(pool, addr, len, false);
 	return 0;
 }
 
