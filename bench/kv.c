@@ -56,7 +56,9 @@
  * growth within exact + a page per region + 16 MiB at every checkpoint;
  * for 6, worst stall <= 2 ms. The floor's worst and p99.9 are printed
  * beside them, a miss staying a miss. Attention against dense, and the
- * sessions' prompt held once, are printed but not counted.
+ * sessions' prompt held once, are printed but not counted; so is how much
+ * work growing is (capacity(): the kernel's growth a token over the time
+ * the other CPUs are free, and the library's threads' CPU a token).
  *
  * Writes the tables to stdout, and two charts (gnuplot, PNG): committed
  * memory vs tokens, per-step stall vs tokens (data columns: tokens, then
@@ -107,6 +109,7 @@ static int attn_every = 64;
 static int work_us = 200;
 static const char *out_dir = "build/bench-kv";
 static bool pin = true;
+static int ncpus = 1;	/* the process's CPUs at the start (affinity) */
 /* 0, the floor, is switched on in main when a sparsebuf strategy runs. */
 static bool run_strat[NSTRAT + 1] = {false, true, true, true, true,
 				     true,  true, true, true};
@@ -468,6 +471,7 @@ static void affinity(bool cpu0)
 
 	if (!saved) {
 		sched_getaffinity(0, sizeof(all), &all);
+		ncpus = CPU_COUNT(&all);
 		saved = true;
 	}
 	CPU_ZERO(&one);
@@ -627,6 +631,45 @@ static uint64_t kthreads_ns(void)
 	return sum;
 }
 
+/* CPU time (ns) of this process's threads named sb-* (the library's: the
+ * ready thread, the fault handlers, the I/O threads), from each thread's
+ * schedstat; threads gone since are not counted. */
+static uint64_t lib_threads_ns(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	uint64_t sum = 0;
+
+	while (d && (e = readdir(d))) {
+		char path[300], b[96];
+		FILE *f;
+
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
+			 e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (!fgets(b, sizeof(b), f) || strncmp(b, "sb-", 3)) {
+			fclose(f);
+			continue;
+		}
+		fclose(f);
+		snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat",
+			 e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(b, sizeof(b), f))
+			sum += strtoull(b, NULL, 10);
+		fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return sum;
+}
+
 static void probe_pool(const struct strat *s, struct probe *p)
 {
 	struct sb_stats st;
@@ -769,6 +812,9 @@ struct result {
 	long rss_kib[NCHECK];		/* growth since the strategy's init */
 	long pss_kib[NCHECK];
 	size_t page_size;		/* the pool's (5, 6, 7) */
+	double loop_us;		/* the steps' wall time, measurements out */
+	double attn_us;		/* of which attention (every CPU) */
+	double lib_cpu_us;	/* CPU time of the library's threads (sb-*) */
 	double attn4k, attn32k;	/* tokens/s */
 	double dense4k, dense32k;	/* dense's, measured in the same pairs */
 	long mappings;		/* kernel mappings of the buffers at the end */
@@ -813,6 +859,8 @@ static void run(int id)
 	double debug_us = debug && atof(getenv("KV_DEBUG")) > 1
 				  ? atof(getenv("KV_DEBUG")) : SLOW_US;
 	long rss0, pss0;
+	double loop0, paused_us = 0;
+	uint64_t lib_ns;
 	size_t nsamples = max_tok / 256 + 1;
 	double *sorted;
 
@@ -833,6 +881,10 @@ static void run(int id)
 		affinity(true);
 	r->setup_us = id != 0 ? s.setup_us : 0;
 	fprintf(stderr, "  %-36s", names[id]);
+	/* The library's CPU over the steps, the pauses to measure attention
+	 * left out (the threads catch up there). */
+	lib_ns = lib_threads_ns();
+	loop0 = bench_now_us();
 	for (size_t t = 0; t < max_tok; t++) {
 		struct probe p0, p1;
 		double t0, dt, t_grow, stall;
@@ -897,10 +949,15 @@ static void run(int id)
 			r->rss_kib[c] = rss - rss0;
 			r->pss_kib[c] = pss - pss0;
 		}
-		if (attn_every && (t + 1) % (size_t)attn_every == 0)
+		if (attn_every && (t + 1) % (size_t)attn_every == 0) {
+			double a0 = bench_now_us();
+
 			attention_all_layers(&s, t + 1);
+			r->attn_us += bench_now_us() - a0;
+		}
 		if (t + 1 == 4096 || t + 1 == max_tok) {
-			double rate, drate;
+			double rate, drate, m0 = bench_now_us();
+			uint64_t mlib = lib_threads_ns();
 
 			/* Measured with the machine quiet: the same pause for
 			 * every strategy lets background work finish. */
@@ -914,10 +971,14 @@ static void run(int id)
 				r->attn32k = rate;
 				r->dense32k = drate;
 			}
+			paused_us += bench_now_us() - m0;
+			lib_ns += lib_threads_ns() - mlib;
 		}
 		if ((t + 1) % 4096 == 0)
 			fputc('.', stderr);
 	}
+	r->loop_us = bench_now_us() - loop0 - paused_us;
+	r->lib_cpu_us = (double)(lib_threads_ns() - lib_ns) / 1e3;
 	if (s.pool) {
 		struct sb_stats st;
 
@@ -1221,6 +1282,55 @@ static void growth_table(void)
 	}
 }
 
+/*
+ * Whether growing ahead can keep up on this machine at this rate: the
+ * kernel's demand paging measures the work of growing (allocation,
+ * zeroing, first accesses: what a ready thread does instead of the
+ * decoding one), dense's loop the time a token takes without it, less
+ * the attention steps, which take every CPU. The work over the time the
+ * other CPUs are free is what growing ahead asks of them: over 1, no
+ * thread beside the decoding one can do it in time, and the decoding
+ * thread pays the rest. That is so on a host whose fresh memory is slow
+ * (a shadow-paging VM at 200 us of work a token: about 490 us of work a
+ * token against 250 us free). The library's threads' CPU over the same
+ * steps says what they spent (about what the kernel's demand paging
+ * does). Info only: the targets stand.
+ */
+static void capacity(void)
+{
+	double period = res[1].loop_us / (double)max_tok;
+	double attn_tok = res[1].attn_us / (double)max_tok;
+	int others = ncpus - 1;
+
+	printf("\nthe work of growing against the time a token takes (info):\n");
+	if (res[4].ran && period > attn_tok && others > 0) {
+		double work = res[4].total_growth_us / (double)max_tok;
+		double need = work / ((period - attn_tok) * others);
+
+		printf("  the kernel's demand paging: %.0f us of growth a token; "
+		       "a token takes %.0f us without growth (dense's steps), "
+		       "%.0f of them attention on every CPU: growing ahead at "
+		       "that cost takes %.2fx the time the other CPU%s %s "
+		       "free%s\n", work, period, attn_tok, need,
+		       others == 1 ? "" : "s", others == 1 ? "is" : "are",
+		       need > 1 ? ": more than there is" : "");
+	} else if (others < 1) {
+		printf("  one CPU: the library's threads share the decoding "
+		       "thread's\n");
+	} else if (!res[4].ran) {
+		printf("  the work of growing is measured by the kernel's "
+		       "demand paging (strategy 4), which did not run\n");
+	}
+	for (int id = 5; id <= NSTRAT; id++)
+		if (res[id].ran && res[id].loop_us > 0)
+			printf("  %-36s its threads: %.0f us of CPU a token, "
+			       "%.2f of a CPU over its steps (%.0f of %.0f "
+			       "ms)\n", names[id],
+			       res[id].lib_cpu_us / (double)max_tok,
+			       res[id].lib_cpu_us / res[id].loop_us,
+			       res[id].lib_cpu_us / 1e3, res[id].loop_us / 1e3);
+}
+
 /* The floor and the sparsebuf strategies: the ones whose stalls ask for
  * an explanation. */
 static bool explained(int id)
@@ -1472,7 +1582,8 @@ static void parse(int argc, char **argv)
 			 "stall <= 1 ms, p99.9 <= 0.2 ms, total growth <= 0.15x "
 			 "demand paging's,\npool resident and RSS growth within "
 			 "exact + a page per region + 16 MiB;\n6: worst stall "
-			 "<= 2 ms; 8: the same as 7, reported), charts under "
+			 "<= 2 ms; 8: the same as 7, reported), the work of growing "
+			 "against the time\na token takes (info), charts under "
 			 "--out.\nExit status 3 when a target is missed. "
 			 "KV_DEBUG=1: steps over 0.5 ms on stderr\n(KV_DEBUG=US, US > 1: over US microseconds).",
 		.opts = opts,
@@ -1579,6 +1690,7 @@ int main(int argc, char **argv)
 
 	memory_tables();
 	growth_table();
+	capacity();
 	stall_causes();
 	fails += targets();
 	if (res[1].ran)

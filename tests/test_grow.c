@@ -80,6 +80,40 @@ static int main_test(void)
 	CHECK(f >= NPAGES / 2);
 	VERIFY(p);
 
+	/* A slow grower (a page every 160 ms, a decode step's pace: the
+	 * watch looks at its frontier through the buffer's mapping some 160
+	 * times a page, while the owner writes it) still finds each next
+	 * page placed: no fault after the first two, never more than one
+	 * page ahead; then, written at full speed, it outruns the watch and
+	 * places pages itself, all read back as written. */
+	{
+		struct sb_buf *b = make_buf(p, 16 * PAGE, SB_BUF_GROWS);
+		char *base = sb_buf_addr(b);
+		uint64_t f0 = stats(p).faults;
+		size_t off;
+
+		for (off = 0; off < 8 * PAGE; off += CHUNK) {
+			memset(base + off, 3, CHUNK);
+			usleep(10 * 1000);
+			if (stats(p).pages_used > off / PAGE + 2)
+				FAIL("slow grower: %zu pages held at page %zu",
+				     (size_t)stats(p).pages_used, off / PAGE + 1);
+		}
+		printf("slow grower: %llu faults for 8 pages\n",
+		       (unsigned long long)(stats(p).faults - f0));
+		if (stats(p).faults - f0 > 3)
+			FAIL("slow grower: %llu faults for 8 pages",
+			     (unsigned long long)(stats(p).faults - f0));
+		for (; off < 16 * PAGE; off += CHUNK)
+			memset(base + off, 4, CHUNK);
+		for (off = 0; off < 16 * PAGE; off++)
+			if (base[off] != (off < 8 * PAGE ? 3 : 4))
+				FAIL("slow grower: byte %zu reads %d", off,
+				     base[off]);
+		sb_buf_destroy(b);
+		CHECK_EQ(stats(p).pages_used, 0);
+	}
+
 	/* A pause longer than a watch's idle time (2 s: a chat waiting for
 	 * its user) does not end the watch: once the owner enters the page
 	 * placed ahead before the pause, the next one is placed, with no
