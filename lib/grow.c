@@ -51,6 +51,14 @@ void sbi_grow_note(struct sb_buf *buf, size_t idx)
 		return;
 	now = grow_now_ms();
 	pthread_mutex_lock(&pool->pf_lock);
+	/* A thread changing the buffer's mappings cancelled its watch
+	 * (sbi_bg_quiet): a note now (a fault's, after its wake-up) would
+	 * start it again on a page about to go. The next placement at the
+	 * end notes it again. */
+	if (buf->bg_quiet) {
+		pthread_mutex_unlock(&pool->pf_lock);
+		return;
+	}
 	for (k = 0; k < SBI_GROW_MAX; k++) {
 		const struct sbi_grow *g = &pool->grow[k];
 

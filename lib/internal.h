@@ -1021,6 +1021,11 @@ struct sb_buf {
 	 * alone meanwhile (a page read in for the share would otherwise go
 	 * straight back to disk, again and again). */
 	_Atomic unsigned sharing;
+	/* pool->pf_lock: threads changing this buffer's mappings now
+	 * (sbi_bg_quiet): no touch or growth watch is queued for it
+	 * meanwhile, so the cancel each of them made first holds until the
+	 * change is done. */
+	unsigned bg_quiet;
 	/* Page-in completions that found buf->lock held (they only try it,
 	 * every millisecond): a thread about to take the lock lets them in
 	 * first (sbi_buf_let_io_in), or one that takes it again and again
@@ -1087,6 +1092,13 @@ void sbi_buf_let_io_in(struct sb_buf *buf);
 /* Drop queued requests of buf overlapping [first, end) and wait for one in
  * flight on buf. Takes pool->lock; call with no buffer lock held. */
 void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end);
+/* Around a change of buf's mappings that starts with a cancel (unmap,
+ * share into it, eviction): on before the cancel, off once the change is
+ * done. Meanwhile no touch and no growth watch is queued for buf: a
+ * request queued after the cancel (another thread's fault, a fault's
+ * watch noted after its wake-up) would read or watch a page this change
+ * then unplaces. Takes pool->pf_lock. */
+void sbi_bg_quiet(struct sb_buf *buf, bool on);
 /* The ready thread: serve one request if any. Called with pool->lock
  * held; released while placing. Returns true if it did something. */
 bool sbi_prefetch_serve(struct sb_pool *pool);

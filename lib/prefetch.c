@@ -49,6 +49,18 @@ void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end)
 	pthread_mutex_unlock(&pool->pf_lock);
 }
 
+void sbi_bg_quiet(struct sb_buf *buf, bool on)
+{
+	struct sb_pool *pool = buf->pool;
+
+	pthread_mutex_lock(&pool->pf_lock);
+	if (on)
+		buf->bg_quiet++;
+	else
+		buf->bg_quiet--;
+	pthread_mutex_unlock(&pool->pf_lock);
+}
+
 /* Pages of [first, end) placed or on disk. -1 when a placement holds the
  * buffer lock and the caller must not wait for it (block false). */
 static long count_placed(struct sb_buf *buf, size_t first, size_t end,

@@ -186,6 +186,26 @@ static int main_test(void)
 		sb_pool_destroy(q);
 	}
 
+	/* An unmap ends the watch for good: a page faulted in and entered
+	 * just before it (the fault notes the watch after waking its
+	 * thread, which may be in the unmap by then), and nothing of the
+	 * range placed again after the unmap returns, by the watch or a
+	 * touch (sbi_bg_quiet holds them off until the unmap is done). */
+	for (int i = 0; i < 200; i++) {
+		struct sb_buf *b = make_buf(p, 8 * PAGE, SB_BUF_GROWS);
+		char *base = sb_buf_addr(b);
+
+		CHECK_EQ(sb_buf_map(b, 0, PAGE), 1);
+		base[PAGE] = 1;	/* a fault: page 1 placed, and entered */
+		CHECK(sb_buf_unmap(b, 0, 8 * PAGE) >= 2);
+		usleep(i % 4 ? 300 : 3000);
+		if (sb_buf_placed(b, 0, 8 * PAGE) != 0)
+			FAIL("round %d: %ld pages placed after the unmap", i,
+			     sb_buf_placed(b, 0, 8 * PAGE));
+		sb_buf_destroy(b);
+	}
+	CHECK_EQ(stats(p).pages_used, 0);
+
 	/* Released under a working watch: 300 buffers each entered, then
 	 * unmapped or destroyed at once. */
 	for (int i = 0; i < 300; i++) {
