@@ -14,8 +14,8 @@
  * owner's own (sb_buf_map, a fault) and its writes do.
  *
  * Entered means the first bytes of the page ahead are no longer all zero,
- * read through the buffer's own mapping under the buffer's lock (placed,
- * so no fault; grow_serve.c says why the lock). A buffer that writes zeros there is seen
+ * read through the buffer's own mapping (placed: no fault; grow_serve.c
+ * says why it stays so while read). A buffer that writes zeros there is seen
  * late: its next page then faults as before, and the watch continues from
  * that fault. A watch ends when the buffer is unmapped or destroyed
  * (sbi_prefetch_cancel) or reaches its end; it holds at most one page per

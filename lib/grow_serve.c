@@ -14,23 +14,23 @@
 
 /*
  * Has the owner written the first bytes of page idx? Read through the
- * buffer's own mapping, as the touches are (touch.c), with buf->lock held
- * and the page's entry saying placed: every change of a buffer's mappings
- * holds that lock (vma.c), so the page stays mapped while it is read, and
- * a placed page of a growing buffer (neither strict nor evictable) is a
- * heap page whose entries are there: the read takes no fault, or only one
- * the kernel serves itself, never one for the library's handler, which
- * would wait for the lock. (pf_inflight alone does not keep the page:
- * an owner's fault notes the watch after its wake-up, which can come
- * after an unmap's cancel and before its unplacing.) A word at a time,
- * relaxed, as the owner may be writing there. It was a pread of the heap
- * file: 2-5 us a look, and with 72 growing regions looked at every
- * millisecond, a quarter of the ready thread's time (bench/kv at 3 ms a
- * token, perf: shmem_file_read_iter 27 %).
+ * buffer's own mapping, as the touches are (touch.c), with no lock held:
+ * the page is mapped before its entry says placed (place.c), and every
+ * thread that unplaces pages of the buffer first cancels its watch and
+ * waits for the one in flight (pf_inflight) with bg_quiet raised, so no
+ * watch is started again before the change is done (a fault's handler
+ * notes the watch after its wake-up, and could otherwise restart it
+ * between an unmap's cancel and its unplacing; prefetch.c). A read that
+ * faults all the same (a page kept placed after a failed write-out,
+ * whose entries the kernel dropped) is served by the handler, as a
+ * touch's would be; under buf->lock it would wait for that lock. A word
+ * at a time, relaxed, as the owner may be writing there. It was a pread
+ * of the heap file: 2-5 us a look, and with 72 growing regions looked at
+ * every millisecond, a quarter of the ready thread's time (bench/kv at
+ * 3 ms a token, perf: shmem_file_read_iter 27 %).
  */
 static bool entered(const struct sb_buf *buf, size_t idx)
 {
-	SBI_HELD(&buf->lock);
 	const uint64_t *p =
 		(const uint64_t *)(buf->base + (idx << buf->pool->page_shift));
 	uint64_t any = 0;
@@ -53,19 +53,17 @@ static struct sbi_grow serve_one(struct sb_pool *pool, struct sbi_grow g,
 {
 	struct sb_buf *buf = g.buf;
 	uint64_t pte;
-	bool in;
 	long r;
 
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);
 	pte = buf->pte[g.cur];
-	in = sbi_pte_has_page(pte) && entered(buf, g.cur);
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
 
 	if (!sbi_pte_has_page(pte))
 		return (struct sbi_grow){0};	/* released, poisoned */
-	if (!in) {
+	if (!entered(buf, g.cur)) {
 		/* since_ms may be later than now (noted meanwhile). */
 		g.due_ms = now + grow_poll_ms(now > g.since_ms ? now - g.since_ms : 0);
 		return g;

@@ -1090,7 +1090,7 @@ void sbi_buf_let_io_in(struct sb_buf *buf);
 
 
 /* Drop queued requests of buf overlapping [first, end) and wait for one in
- * flight on buf. Takes pool->lock; call with no buffer lock held. */
+ * flight on buf. Takes pool->pf_lock; call with no buffer lock held. */
 void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end);
 /* Around a change of buf's mappings that starts with a cancel (unmap,
  * share into it, eviction): on before the cancel, off once the change is
