@@ -577,6 +577,13 @@ void sbi_evict_cold(struct sb_pool *pool, size_t want, struct sb_buf *held,
 			    sbi_pte_page(buf->pte[i]) != c[k].pid ||
 			    (buf->pte[i] & SBI_PTE_INFLIGHT))
 				continue;
+			/* The ready thread reads it (touch.c): later. */
+			if (__atomic_load_n(&pool->touch_addr,
+					    __ATOMIC_RELAXED) == c[k].addr) {
+				sbi_rmap_note(buf, i, c[k].pid);
+				rd->busy++;
+				continue;
+			}
 			if ((buf->pte[i] & (SBI_PTE_SHARED | SBI_PTE_PRIVMAP |
 					    SBI_PTE_WPFAIL)) &&
 			    make_private(buf, i) < 0)

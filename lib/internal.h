@@ -540,6 +540,12 @@ struct sb_pool {
 	/* pf_lock: pages placed, to be touched by the ready thread (touch.c) */
 	struct sbi_touch tq[SBI_TOUCH_MAX];
 	uint32_t tq_head, tq_tail;
+	/* The page the ready thread is reading (touch.c), 0 when none; set
+	 * under its buffer's lock, so the clock never evicts it meanwhile
+	 * (evict.c): a page-in that failed there would poison the page
+	 * under the read, and a library thread, which takes no signals,
+	 * meeting SIGBUS or SIGSEGV kills the process. */
+	uintptr_t touch_addr;
 	unsigned ngrow;			/* pf_lock to change; read racily */
 	uint32_t grow_rr;		/* ready thread only: where to start */
 	uint64_t grow_due_ms;		/* ready thread only: next watch due */
@@ -1300,6 +1306,7 @@ struct sbi_io {
 	bool must_bounce;
 	void *bounce;
 	int inject;		/* test hook: fail with this -errno */
+	uint8_t retries;	/* resubmitted after a cancel (io.c) */
 };
 
 struct sbi_io_engine *sbi_io_create(int *err);

@@ -106,6 +106,14 @@ static void q_push(struct sbi_ioq *q, struct sbi_io *io)
 	q->tail = io;
 }
 
+static void q_push_front(struct sbi_ioq *q, struct sbi_io *io)
+{
+	io->next = q->head;
+	q->head = io;
+	if (!q->tail)
+		q->tail = io;
+}
+
 static struct sbi_io *q_pop(struct sbi_ioq *q)
 {
 	struct sbi_io *io = q->head;
@@ -474,6 +482,31 @@ static void *worker(void *arg)
 
 /* ---- completion ---------------------------------------------------------------- */
 
+/* Resubmissions of a request the kernel canceled (reap). */
+#define MAX_RETRIES 3
+
+/* Test hook: the next count completions from the ring read as canceled
+ * by the kernel (their work done or not). */
+static _Atomic unsigned test_cancel_count;
+
+void sbi_test_io_cancel(unsigned count);
+void sbi_test_io_cancel(unsigned count)
+{
+	atomic_store(&test_cancel_count, count);
+}
+
+static bool test_cancel_take(void)
+{
+	unsigned n = atomic_load_explicit(&test_cancel_count,
+					  memory_order_relaxed);
+
+	while (n)
+		if (atomic_compare_exchange_weak(&test_cancel_count, &n,
+						 n - 1))
+			return true;
+	return false;
+}
+
 /* Finished requests, in a list; waits up to timeout_ms (-1: forever). */
 static struct sbi_io *reap(struct sbi_io_engine *e, int timeout_ms)
 {
@@ -507,10 +540,24 @@ static struct sbi_io *reap(struct sbi_io_engine *e, int timeout_ms)
 		io_uring_for_each_cqe(&e->ring, head, cqe)
 		{
 			struct sbi_io *io = io_uring_cqe_get_data(cqe);
+			int res = cqe->res;
 
-			io->res = cqe->res;
-			q_push(&got, io);
 			n++;
+			if (test_cancel_take())
+				res = -ECANCELED;
+			/* Canceled by the kernel, never by us: it could not
+			 * start an io-wq worker for the submitting thread
+			 * (create_io_thread fails while a signal is pending,
+			 * three times, then the work queued for it is
+			 * canceled; a thread under a storm of signals). Try
+			 * again from this thread, which takes no signals. */
+			if (res == -ECANCELED && io->retries < MAX_RETRIES) {
+				io->retries++;
+				q_push_front(&e->pending, io);
+				continue;
+			}
+			io->res = res;
+			q_push(&got, io);
 		}
 		io_uring_cq_advance(&e->ring, n);
 		e->in_ring -= n;

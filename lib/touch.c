@@ -22,14 +22,19 @@
  * handshake, pf_inflight: they wait for a touch of the buffer in flight).
  *
  * The read itself holds no lock (internal.h: the library never touches
- * registered memory holding one): a page the pool evicts meanwhile faults
- * and is read back in by the handler, like any access. The owner's own
- * unplacing (unmap, evict, destroy) cannot race it: each cancels first,
- * and every request is queued before the owner can see the placement (the
- * fault handler queues before its wake-up).
+ * registered memory holding one), yet it must never fault: this thread
+ * takes no signals, and a page that cannot be read back (a failed
+ * page-in poisons it: SIGBUS, or SIGSEGV while its new mapping is being
+ * set up) would kill the process. The owner's own unplacing (unmap,
+ * evict, destroy) cannot race it: each cancels first, and every request
+ * is queued before the owner can see the placement (the fault handler
+ * queues before its wake-up). The pool's clock, the only other unplacer,
+ * skips the page being read (pool->touch_addr).
  */
 #include "internal.h"
 #include "tsan.h"
+
+#include <unistd.h>
 
 /* Bytes touched per turn: 4 reads of 4 KiB, 30-60 us on a shadow-paging
  * VM, what an owner's sb_buf_map on the buffer may wait for. */
@@ -91,6 +96,34 @@ void sbi_touch_cancel(struct sb_buf *buf, size_t first, size_t end)
 	pool->tq_tail = w;
 }
 
+/* Test hook: the next `count` touches wait `us` between finding their
+ * page placed and reading it; returns how many such waits have begun. */
+static _Atomic unsigned test_delay_us, test_delay_count, test_delays;
+
+unsigned sbi_test_touch_delay(unsigned us, unsigned count);
+unsigned sbi_test_touch_delay(unsigned us, unsigned count)
+{
+	if (count) {
+		atomic_store(&test_delay_us, us);
+		atomic_store(&test_delay_count, count);
+	}
+	return atomic_load(&test_delays);
+}
+
+static void test_delay(void)
+{
+	unsigned n = atomic_load_explicit(&test_delay_count,
+					  memory_order_relaxed);
+
+	while (n)
+		if (atomic_compare_exchange_weak(&test_delay_count, &n,
+						 n - 1)) {
+			atomic_fetch_add(&test_delays, 1);
+			usleep(atomic_load(&test_delay_us));
+			return;
+		}
+}
+
 /* Read bytes [off, off + len) of page idx once a 4 KiB, if it is placed.
  * The buffer stays alive meanwhile (pf_inflight). */
 static bool touch(struct sb_buf *buf, size_t idx, size_t off, size_t len)
@@ -103,14 +136,22 @@ static bool touch(struct sb_buf *buf, size_t idx, size_t off, size_t len)
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);
 	pte = buf->pte[idx];
+	/* Kept from the clock until read (sbi_evict_cold): the read never
+	 * faults. */
+	if (sbi_pte_has_page(pte) && !(pte & SBI_PTE_POISON))
+		__atomic_store_n(&pool->touch_addr,
+				 (uintptr_t)buf->base + (idx << pool->page_shift),
+				 __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
 	if (!sbi_pte_has_page(pte) || (pte & SBI_PTE_POISON))
 		return false;
+	test_delay();
 	SBI_TOUCH_BEGIN();
 	for (size_t o = off; o < off + len; o += 4096)
 		sum += (unsigned char)__atomic_load_n(p + o, __ATOMIC_RELAXED);
 	SBI_TOUCH_END();
+	__atomic_store_n(&pool->touch_addr, 0, __ATOMIC_RELEASE);
 	(void)sum;
 	return true;
 }

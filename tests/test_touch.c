@@ -6,7 +6,8 @@
  * and destroy while touches are queued or in flight leave the pool
  * consistent, also right after the fault that placed the page; pages
  * smaller than the touch's 16 KiB chunk are read within
- * their own page only. */
+ * their own page only; the pool's clock never evicts the page being
+ * read. */
 #include "harness.h"
 
 #include <pthread.h>
@@ -23,10 +24,66 @@ static uint64_t touched_at_least(struct sb_pool *p, uint64_t want)
 	return stats(p).pages_touched;
 }
 
+/* Test hooks, internal symbols of the static library (lib/touch.c,
+ * lib/disk.c). */
+unsigned sbi_test_touch_delay(unsigned us, unsigned count);
+void sbi_test_io_fail(int err, unsigned count);
+
+/*
+ * The pool's clock never evicts the page the ready thread is reading. The
+ * thread takes no signals: had the page gone, its read would fault, and a
+ * page-in that failed there (a disk error; io_uring's cancel under a
+ * storm of signals, test_chaos) would poison the page under it: SIGBUS, or
+ * SIGSEGV while the poisoned page's mapping is being set up, and the
+ * process dies (test_chaos under lockcheck, CI of 2026-11-29: "killed by
+ * signal 11"). Here a touch waits 300 ms between finding its page placed
+ * and reading it (a test hook) while the owner maps past the budget with
+ * every read from disk failing: the eviction takes the other pages first,
+ * then that one once read; nobody dies, and the pages read back whole.
+ */
+static int clock_child(void)
+{
+	struct sb_pool *p = disk_pool(PAGE, 4 * MiB, 4 * PAGE);
+	struct sb_buf *a = make_buf(p, 16 * PAGE, SB_BUF_EVICTABLE);
+	char *x = sb_buf_addr(a);
+	unsigned d0;
+	double t0;
+
+	alarm(60);
+	d0 = sbi_test_touch_delay(300000, 1);
+	CHECK_EQ(sb_buf_map(a, 0, 4 * PAGE), 4);
+	for (int i = 0; i < 500 && sbi_test_touch_delay(0, 0) == d0; i++)
+		usleep(1000);
+	CHECK(sbi_test_touch_delay(0, 0) > d0);
+	for (size_t i = 0; i < 4; i++)
+		disk_fill(x + i * PAGE, PAGE, 0x7100 + i);
+	sbi_test_io_fail(EIO, 1000);
+	t0 = now_s();
+	/* At the budget: all four go out, the one being read last. */
+	CHECK_EQ(sb_buf_map(a, 4 * PAGE, 4 * PAGE), 4);
+	printf("clock and touch: 4 pages evicted at the budget in %.0f ms, "
+	       "%llu out, the page being read kept until read\n",
+	       (now_s() - t0) * 1e3,
+	       (unsigned long long)stats(p).pages_out);
+	CHECK(stats(p).pages_out >= 4);
+	/* Reads still failing until the touch has read its page. */
+	usleep(400000);
+	sbi_test_io_fail(EIO, 0);
+	for (size_t i = 0; i < 4; i++)
+		CHECK_EQ(disk_check(x + i * PAGE, PAGE, 0x7100 + i), -1);
+	CHECK_EQ(stats(p).sigbus, 0);
+	VERIFY(p);
+	sb_buf_destroy(a);
+	sb_pool_destroy(p);
+	alarm(0);
+	return 0;
+}
+
 static int child(const char *name)
 {
-	(void)name;
-	return 0;
+	if (!strcmp(name, "clock"))
+		return clock_child();
+	return 2;
 }
 
 static void placed_pages_are_touched(size_t page)
@@ -305,6 +362,8 @@ static int main_test(void)
 	unmap_under_touch();
 	release_after_fault();
 	trim_under_touch();
+	if (run_pagers("clock", 60, NULL))
+		SKIP("a run skipped (see above)");
 	printf("ok\n");
 	return 0;
 }
