@@ -579,7 +579,7 @@ void sbi_evict_cold(struct sb_pool *pool, size_t want, struct sb_buf *held,
 				continue;
 			/* The ready thread reads it (touch.c): later. */
 			if (__atomic_load_n(&pool->touch_addr,
-					    __ATOMIC_RELAXED) == c[k].addr) {
+					    __ATOMIC_ACQUIRE) == c[k].addr) {
 				sbi_rmap_note(buf, i, c[k].pid);
 				rd->busy++;
 				continue;

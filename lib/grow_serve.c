@@ -20,10 +20,12 @@
  * waits for the one in flight (pf_inflight) with bg_quiet raised, so no
  * watch is started again before the change is done (a fault's handler
  * notes the watch after its wake-up, and could otherwise restart it
- * between an unmap's cancel and its unplacing; prefetch.c). A read that
- * faults all the same (a page kept placed after a failed write-out,
- * whose entries the kernel dropped) is served by the handler, as a
- * touch's would be; under buf->lock it would wait for that lock. A word
+ * between an unmap's cancel and its unplacing; prefetch.c), and a
+ * growing buffer is never on the pool's clock (SB_BUF_GROWS is alone).
+ * The read never faults so: this thread takes no signals, and a SIGBUS
+ * here would end the process (design.md, "never fault"). Not under
+ * buf->lock: a read that faults to the handler, which takes that lock,
+ * would wait for it forever. A word
  * at a time, relaxed, as the owner may be writing there. It was a pread
  * of the heap file: 2-5 us a look, and with 72 growing regions looked at
  * every millisecond, a quarter of the ready thread's time (bench/kv at

@@ -482,7 +482,8 @@ static void *worker(void *arg)
 
 /* ---- completion ---------------------------------------------------------------- */
 
-/* Resubmissions of a request the kernel canceled (reap). */
+/* Resubmissions of a request the kernel failed for its submitter's sake
+ * (reap). */
 #define MAX_RETRIES 3
 
 /* Test hook: the next count completions from the ring read as canceled
@@ -505,6 +506,12 @@ static bool test_cancel_take(void)
 						 n - 1))
 			return true;
 	return false;
+}
+
+static bool transient(int res)
+{
+	return res == -ECANCELED || res == -EFAULT || res == -EINTR ||
+	       res == -EAGAIN;
 }
 
 /* Finished requests, in a list; waits up to timeout_ms (-1: forever). */
@@ -545,13 +552,17 @@ static struct sbi_io *reap(struct sbi_io_engine *e, int timeout_ms)
 			n++;
 			if (test_cancel_take())
 				res = -ECANCELED;
-			/* Canceled by the kernel, never by us: it could not
-			 * start an io-wq worker for the submitting thread
-			 * (create_io_thread fails while a signal is pending,
-			 * three times, then the work queued for it is
-			 * canceled; a thread under a storm of signals). Try
-			 * again from this thread, which takes no signals. */
-			if (res == -ECANCELED && io->retries < MAX_RETRIES) {
+			/* Failed by the submitting thread's state, not the
+			 * request's: io_uring could not start an io-wq worker
+			 * for it (create_io_thread fails while a signal is
+			 * pending, three times, then the work queued for it
+			 * is canceled: a thread under a storm of signals),
+			 * or the thread exited before the request's task
+			 * work ran (-EFAULT: our memory is the pool's own or
+			 * a read buffer, never a bad address). The library
+			 * cancels nothing in the ring. Try again from this
+			 * thread, which takes no signals and does not exit. */
+			if (transient(res) && io->retries < MAX_RETRIES) {
 				io->retries++;
 				q_push_front(&e->pending, io);
 				continue;

@@ -97,20 +97,24 @@ void sbi_touch_cancel(struct sb_buf *buf, size_t first, size_t end)
 }
 
 /* Test hook: the next `count` touches wait `us` between finding their
- * page placed and reading it; returns how many such waits have begun. */
-static _Atomic unsigned test_delay_us, test_delay_count, test_delays;
+ * page placed and reading it; returns how many such waits have begun and,
+ * in *read, how many touches read their page after one. */
+static _Atomic unsigned test_delay_us, test_delay_count, test_delays,
+	test_delays_read;
 
-unsigned sbi_test_touch_delay(unsigned us, unsigned count);
-unsigned sbi_test_touch_delay(unsigned us, unsigned count)
+unsigned sbi_test_touch_delay(unsigned us, unsigned count, unsigned *read);
+unsigned sbi_test_touch_delay(unsigned us, unsigned count, unsigned *read)
 {
 	if (count) {
 		atomic_store(&test_delay_us, us);
 		atomic_store(&test_delay_count, count);
 	}
+	if (read)
+		*read = atomic_load(&test_delays_read);
 	return atomic_load(&test_delays);
 }
 
-static void test_delay(void)
+static bool test_delay(void)
 {
 	unsigned n = atomic_load_explicit(&test_delay_count,
 					  memory_order_relaxed);
@@ -120,8 +124,9 @@ static void test_delay(void)
 						 n - 1)) {
 			atomic_fetch_add(&test_delays, 1);
 			usleep(atomic_load(&test_delay_us));
-			return;
+			return true;
 		}
+	return false;
 }
 
 /* Read bytes [off, off + len) of page idx once a 4 KiB, if it is placed.
@@ -132,6 +137,7 @@ static bool touch(struct sb_buf *buf, size_t idx, size_t off, size_t len)
 	const char *p = buf->base + (idx << pool->page_shift);
 	unsigned sum = 0;
 	uint64_t pte;
+	bool delayed;
 
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);
@@ -146,12 +152,14 @@ static bool touch(struct sb_buf *buf, size_t idx, size_t off, size_t len)
 	pthread_rwlock_unlock(&pool->layout);
 	if (!sbi_pte_has_page(pte) || (pte & SBI_PTE_POISON))
 		return false;
-	test_delay();
+	delayed = test_delay();
 	SBI_TOUCH_BEGIN();
 	for (size_t o = off; o < off + len; o += 4096)
 		sum += (unsigned char)__atomic_load_n(p + o, __ATOMIC_RELAXED);
 	SBI_TOUCH_END();
 	__atomic_store_n(&pool->touch_addr, 0, __ATOMIC_RELEASE);
+	if (delayed)
+		atomic_fetch_add(&test_delays_read, 1);
 	(void)sum;
 	return true;
 }
