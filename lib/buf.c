@@ -522,13 +522,14 @@ static long unmap(struct sb_buf *buf, const struct sb_range *ranges,
 	long r = 0;
 
 	/* An earlier prefetch must not place pages after this release, nor
-	 * a touch or a watch read them (sbi_bg_quiet). */
-	sbi_bg_quiet(buf, true);
+	 * a touch or a watch read them (sbi_bg_quiet_begin). */
 	for (size_t k = 0; k < n; k++) {
 		struct sbi_span sp =
 			sbi_span_inside(pool, ranges[k].off, ranges[k].len);
 
-		if (sp.first < sp.end)
+		if (k == 0)
+			sbi_bg_quiet_begin(buf, sp.first, sp.end);
+		else if (sp.first < sp.end)
 			sbi_prefetch_cancel(buf, sp.first, sp.end);
 	}
 	pthread_rwlock_rdlock(&pool->layout);
@@ -545,7 +546,8 @@ static long unmap(struct sb_buf *buf, const struct sb_range *ranges,
 	released += hb.released;
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
-	sbi_bg_quiet(buf, false);
+	if (n)
+		sbi_bg_quiet_end(buf);
 	sbi_count(&pool->n_unmaps, released);
 	return r < 0 ? r : (long)released;
 }
@@ -829,8 +831,7 @@ SB_API long sb_buf_share(struct sb_buf *dst, size_t dst_off,
 	second = first == dst ? src : dst;
 	/* dst's pages there are replaced or released below: no prefetch may
 	 * place into them after, no touch may read them meanwhile. */
-	sbi_bg_quiet(dst, true);
-	sbi_prefetch_cancel(dst, d0, d0 + n);
+	sbi_bg_quiet_begin(dst, d0, d0 + n);
 again:
 	r = 0;
 	held_off = false;
@@ -843,7 +844,7 @@ again:
 		r = sbi_pagein_range(src, s0, s0 + n, true);
 		if (r < 0) {
 			atomic_fetch_sub(&src->sharing, 1);
-			sbi_bg_quiet(dst, false);
+			sbi_bg_quiet_end(dst);
 			free(snap);
 			return r;
 		}
@@ -889,7 +890,7 @@ again:
 	pthread_rwlock_unlock(&pool->layout);
 	if (held_off)
 		atomic_fetch_sub(&src->sharing, 1);
-	sbi_bg_quiet(dst, false);
+	sbi_bg_quiet_end(dst);
 	free(snap);
 	sbi_count(&pool->n_unmaps, released);
 	return r < 0 ? r : (long)shared;
@@ -907,14 +908,13 @@ int sbi_buf_install(struct sb_buf *dst, size_t d0, size_t n,
 		sbi_pool_put(pool, refs, n);
 		return -EINVAL;
 	}
-	sbi_bg_quiet(dst, true);	/* as sb_buf_share */
-	sbi_prefetch_cancel(dst, d0, d0 + n);
+	sbi_bg_quiet_begin(dst, d0, d0 + n);	/* as sb_buf_share */
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&dst->lock);
 	r = install_dst(dst, d0, n, refs, &released);
 	pthread_mutex_unlock(&dst->lock);
 	pthread_rwlock_unlock(&pool->layout);
-	sbi_bg_quiet(dst, false);
+	sbi_bg_quiet_end(dst);
 	sbi_count(&pool->n_unmaps, released);
 	return r;
 }

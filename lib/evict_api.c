@@ -57,8 +57,8 @@ static long evict_range(struct sb_buf *buf, size_t off, size_t len,
 	sp = sbi_span_inside(pool, off, len);
 	if (sp.first >= sp.end)
 		return 0;
-	sbi_bg_quiet(buf, true);	/* no touch of what goes (prefetch.c) */
-	sbi_prefetch_cancel(buf, sp.first, sp.end);
+	/* No touch of what goes (prefetch.c). */
+	sbi_bg_quiet_begin(buf, sp.first, sp.end);
 	/* A share reading from this buffer finishes first: it holds its
 	 * pages in memory for a moment (buf.c). */
 	while (atomic_load(&buf->sharing))
@@ -69,7 +69,7 @@ static long evict_range(struct sb_buf *buf, size_t off, size_t len,
 		 : sbi_evict_locked(buf, sp.first, sp.end);
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
-	sbi_bg_quiet(buf, false);
+	sbi_bg_quiet_end(buf);
 	return r;
 }
 

@@ -1028,7 +1028,7 @@ struct sb_buf {
 	 * straight back to disk, again and again). */
 	_Atomic unsigned sharing;
 	/* pool->pf_lock: threads changing this buffer's mappings now
-	 * (sbi_bg_quiet): no touch or growth watch is queued for it
+	 * (sbi_bg_quiet_begin): no touch or growth watch is queued for it
 	 * meanwhile, so the cancel each of them made first holds until the
 	 * change is done. */
 	unsigned bg_quiet;
@@ -1098,13 +1098,15 @@ void sbi_buf_let_io_in(struct sb_buf *buf);
 /* Drop queued requests of buf overlapping [first, end) and wait for one in
  * flight on buf. Takes pool->pf_lock; call with no buffer lock held. */
 void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end);
-/* Around a change of buf's mappings that starts with a cancel (unmap,
- * share into it, eviction): on before the cancel, off once the change is
- * done. Meanwhile no touch and no growth watch is queued for buf: a
- * request queued after the cancel (another thread's fault, a fault's
- * watch noted after its wake-up) would read or watch a page this change
- * then unplaces. Takes pool->pf_lock. */
-void sbi_bg_quiet(struct sb_buf *buf, bool on);
+/* Around a change of buf's mappings (unmap, share into it, eviction):
+ * begin before it, end once it is done. Begin cancels the requests for
+ * [first, end) as sbi_prefetch_cancel does (nothing when first >= end);
+ * until end, no touch and no growth watch is queued for buf: a request
+ * queued after the cancel (another thread's fault, a fault's watch noted
+ * after its wake-up) would read or watch a page this change then
+ * unplaces. Both take pool->pf_lock; no buffer lock held. */
+void sbi_bg_quiet_begin(struct sb_buf *buf, size_t first, size_t end);
+void sbi_bg_quiet_end(struct sb_buf *buf);
 /* The ready thread: serve one request if any. Called with pool->lock
  * held; released while placing. Returns true if it did something. */
 bool sbi_prefetch_serve(struct sb_pool *pool);

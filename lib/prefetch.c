@@ -20,12 +20,13 @@ static bool overlaps(const struct sbi_prefetch *p, const struct sb_buf *buf,
 	return p->buf == buf && p->first < end && first < p->end;
 }
 
-void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end)
+/* sbi_prefetch_cancel's work, pf_lock held (released while waiting). */
+static void cancel_locked(struct sb_buf *buf, size_t first, size_t end)
 {
 	struct sb_pool *pool = buf->pool;
 	uint32_t w;
 
-	pthread_mutex_lock(&pool->pf_lock);
+	SBI_HELD(&pool->pf_lock);
 	/* Compact the ring, dropping what overlaps. */
 	w = pool->pf_head;
 	for (uint32_t r = pool->pf_head; r != pool->pf_tail;
@@ -46,19 +47,31 @@ void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end)
 		pthread_cond_wait(&pool->pf_cond, &pool->pf_lock);
 	/* After the wait: what was in flight may have queued touches. */
 	sbi_touch_cancel(buf, first, end);
-	pthread_mutex_unlock(&pool->pf_lock);
 }
 
-void sbi_bg_quiet(struct sb_buf *buf, bool on)
+void sbi_prefetch_cancel(struct sb_buf *buf, size_t first, size_t end)
 {
-	struct sb_pool *pool = buf->pool;
+	pthread_mutex_lock(&buf->pool->pf_lock);
+	cancel_locked(buf, first, end);
+	pthread_mutex_unlock(&buf->pool->pf_lock);
+}
 
-	pthread_mutex_lock(&pool->pf_lock);
-	if (on)
-		buf->bg_quiet++;
-	else
-		buf->bg_quiet--;
-	pthread_mutex_unlock(&pool->pf_lock);
+void sbi_bg_quiet_begin(struct sb_buf *buf, size_t first, size_t end)
+{
+	pthread_mutex_lock(&buf->pool->pf_lock);
+	/* Quiet first: the wait below lets go of pf_lock, and a request
+	 * queued meanwhile would outlive the cancel. */
+	buf->bg_quiet++;
+	if (first < end)
+		cancel_locked(buf, first, end);
+	pthread_mutex_unlock(&buf->pool->pf_lock);
+}
+
+void sbi_bg_quiet_end(struct sb_buf *buf)
+{
+	pthread_mutex_lock(&buf->pool->pf_lock);
+	buf->bg_quiet--;
+	pthread_mutex_unlock(&buf->pool->pf_lock);
 }
 
 /* Pages of [first, end) placed or on disk. -1 when a placement holds the

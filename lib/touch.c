@@ -50,7 +50,7 @@ void sbi_touch_queue(struct sb_buf *buf, size_t first, size_t end)
 		return;
 	pthread_mutex_lock(&pool->pf_lock);
 	next = (pool->tq_tail + 1) % SBI_TOUCH_MAX;
-	/* Not while a thread changes the buffer's mappings (sbi_bg_quiet):
+	/* Not while a thread changes the buffer's mappings (sbi_bg_quiet_begin):
 	 * the page may be unplaced before the read. */
 	if (next != pool->tq_head && !buf->bg_quiet) {
 		pool->tq[pool->tq_tail] = (struct sbi_touch){buf, first, end, 0};
@@ -136,21 +136,20 @@ static bool touch(struct sb_buf *buf, size_t idx, size_t off, size_t len)
 	struct sb_pool *pool = buf->pool;
 	const char *p = buf->base + (idx << pool->page_shift);
 	unsigned sum = 0;
-	uint64_t pte;
-	bool delayed;
+	bool placed, delayed;
 
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);
-	pte = buf->pte[idx];
+	placed = sbi_pte_has_page(buf->pte[idx]) &&
+		 !(buf->pte[idx] & SBI_PTE_POISON);
 	/* Kept from the clock until read (sbi_evict_cold): the read never
 	 * faults. */
-	if (sbi_pte_has_page(pte) && !(pte & SBI_PTE_POISON))
-		__atomic_store_n(&pool->touch_addr,
-				 (uintptr_t)buf->base + (idx << pool->page_shift),
+	if (placed)
+		__atomic_store_n(&pool->touch_addr, (uintptr_t)p,
 				 __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
-	if (!sbi_pte_has_page(pte) || (pte & SBI_PTE_POISON))
+	if (!placed)
 		return false;
 	delayed = test_delay();
 	SBI_TOUCH_BEGIN();

@@ -1210,7 +1210,13 @@ static int chaos(void)
 
 	t0 = now_s();
 	next_check = t0 + 0.25;
-	while (now_s() - t0 < run_seconds) {
+	/* The run lasts its time, and longer (up to 5 times, on a machine
+	 * too loaded to schedule the workers) until it has forked, evicted
+	 * and read at least once: the checks below ask for each. */
+	while (now_s() - t0 < run_seconds ||
+	       (now_s() - t0 < 5 * run_seconds &&
+		(!atomic_load(&n_forks) || !atomic_load(&n_ops[2]) ||
+		 !atomic_load(&n_ops[5])))) {
 		usleep(10000);
 		if (now_s() < next_check)
 			continue;

@@ -190,7 +190,7 @@ static int main_test(void)
 	 * just before it (the fault notes the watch after waking its
 	 * thread, which may be in the unmap by then), and nothing of the
 	 * range placed again after the unmap returns, by the watch or a
-	 * touch (sbi_bg_quiet holds them off until the unmap is done). */
+	 * touch (sbi_bg_quiet_begin holds them off until the unmap is done). */
 	for (int i = 0; i < 200; i++) {
 		struct sb_buf *b = make_buf(p, 8 * PAGE, SB_BUF_GROWS);
 		char *base = sb_buf_addr(b);
