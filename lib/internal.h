@@ -910,7 +910,9 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready);
 /* With DISK: a read is in flight; the request owns the slot and the kept
  * page, and holds the pool page it fills. */
 #define SBI_PTE_INFLIGHT (1ull << 37)
-#define SBI_PTE_IOERR (1ull << 38)	/* with POISON: the read failed */
+/* With POISON: the read failed. A spill page's entry keeps its slot
+ * (bits 40-63), for sb_buf_map to read again. */
+#define SBI_PTE_IOERR (1ull << 38)
 /* With DISK or POISON: the buffer page still maps the heap page it was
  * evicted from, registered with the pool's uffd (eviction never replaces a
  * mapping: evict.c says why). The low 32 bits name that page, reserved in
@@ -954,7 +956,7 @@ static inline sbi_ptref sbi_pte_kept(uint64_t pte)
 				  : SBI_NOPAGE;
 }
 
-/* Spill slot + 1 of a DISK entry, 0 for the buffer's file. */
+/* Spill slot + 1 of a DISK (or IOERR) entry, 0 for the buffer's file. */
 static inline uint32_t sbi_pte_slot1(uint64_t pte)
 {
 	return (uint32_t)(pte >> SBI_PTE_SLOT_SHIFT);

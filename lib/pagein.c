@@ -170,7 +170,7 @@ void sbi_pte_release(struct sb_buf *buf, uint64_t pte)
 
 	if (pte & SBI_PTE_INFLIGHT)
 		return;	/* the request gives them back when it finishes */
-	if ((pte & SBI_PTE_DISK) && slot1)
+	if ((pte & (SBI_PTE_DISK | SBI_PTE_IOERR)) && slot1)
 		sbi_spill_free(pool->disk, &(uint32_t){slot1 - 1}, 1);
 	if (!sbi_ptref_none(kept))
 		sbi_pool_drop_evicted(pool, &(sbi_pid){sbi_ptref_pid(kept)}, 1);
@@ -414,10 +414,14 @@ static bool pagein_done(struct sbi_io *io)
 			drop_slot = drop_kept = false;
 			atomic_fetch_add(&buf->map_failures, 1);
 		} else {
-			/* The kept page (if any) stays, poisoned. */
+			/* The kept page (if any) stays, poisoned; so does
+			 * the spill slot: the copy on disk may read back
+			 * whole next time (a transient error), and
+			 * sb_buf_map tries again (place.c). */
 			*pte = SBI_PTE_POISON | SBI_PTE_IOERR |
-			       (io->src_pte & (SBI_PTE_KEEP | SBI_PTE_PID));
-			drop_kept = false;
+			       (io->src_pte & (SBI_PTE_KEEP | SBI_PTE_PID)) |
+			       SBI_PTE_SLOT(slot1);
+			drop_slot = drop_kept = false;
 			wake = true;
 		}
 		if (wake) {

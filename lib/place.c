@@ -43,6 +43,34 @@ static bool disk_used(struct sb_buf *buf)
 						memory_order_relaxed);
 }
 
+/*
+ * Spill pages of [first, end) whose last read failed (IOERR, poisoned)
+ * are on disk again, to be read by the caller: a transient error (a
+ * flaky device, a read the kernel gave up on) must not lose the data.
+ * The poison marker goes first (MADV_DONTNEED), so a touch meanwhile
+ * faults and waits for the read. Without UFFDIO_POISON the page was
+ * handed to the SIGBUS uffd instead, and stays poisoned.
+ */
+static void reread_failed(struct sb_buf *buf, size_t first, size_t end)
+{
+	struct sb_pool *pool = buf->pool;
+
+	if (!pool->can_poison)
+		return;
+	pthread_rwlock_rdlock(&pool->layout);
+	pthread_mutex_lock(&buf->lock);
+	for (size_t i = first; i < end; i++) {
+		uint64_t pte = buf->pte[i];
+
+		if ((pte & SBI_PTE_IOERR) && sbi_pte_slot1(pte) &&
+		    sbi_vma_unpoison(buf, i) == 0)
+			buf->pte[i] = (pte & ~(SBI_PTE_POISON | SBI_PTE_IOERR)) |
+				      SBI_PTE_DISK;
+	}
+	pthread_mutex_unlock(&buf->lock);
+	pthread_rwlock_unlock(&pool->layout);
+}
+
 static size_t make_runs(const struct sb_pool *pool, const size_t *idx,
 			const sbi_pid *pids, size_t n, struct run *runs)
 {
@@ -108,6 +136,8 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 	/* Data on disk comes back first (and a failed read is an error,
 	 * never a zero page). Page-ins take the locks themselves. */
 	if (disk_used(buf)) {
+		if (wait)	/* the owner's own sb_buf_map */
+			reread_failed(buf, first, end);
 		r = sbi_pagein_range(buf, first, end, wait);
 		if (r < 0)
 			return r;

@@ -2,9 +2,10 @@
  * (sbi_test_io_fail) and a corrupted spill copy (sbi_test_corrupt_spill)
  * give the touching thread SIGBUS (never zeros, never a hang), raise
  * io_errors and leave the other evicted pages readable; a failed page stays
- * failed or reads its exact data, never anything else; sb_buf_unmap
- * clears it; sb_buf_map of a page whose read fails reports the error (or
- * leaves a page that raises SIGBUS). Each case runs in a child process, once
+ * failed or reads its exact data, never anything else; sb_buf_map reads
+ * it again (the error gone, its data whole), sb_buf_unmap clears it;
+ * sb_buf_map of a page whose read fails reports the error (or leaves a
+ * page that raises SIGBUS). Each case runs in a child process, once
  * per pager (io_uring and SPARSEBUF_PAGER=sync), under a timeout. */
 #include "harness.h"
 
@@ -162,7 +163,36 @@ static int io_fail_child(void)
 	CHECK(res == PAGE_SIGBUS || res == PAGE_OK);
 	res = read_page(x, 5, seed_of(70, 5));
 	CHECK(res == PAGE_SIGBUS || res == PAGE_OK);
-	/* sb_buf_unmap discards it: a fresh zero page. */
+	/* sb_buf_map reads it again, the error gone (a transient one): its
+	 * data, whole. Without UFFDIO_POISON (before Linux 6.6) it stays
+	 * poisoned: -EIO. */
+	{
+		struct sb_features f;
+		long m;
+
+		CHECK_EQ(sb_features_get(&f), 0);
+		m = sb_buf_map(b, 3 * PAGE, PAGE);
+		printf("io error: sb_buf_map of page 3 after: %ld\n", m);
+		if (f.poison) {
+			CHECK(m >= 0);
+			CHECK_EQ(sb_buf_placed(b, 3 * PAGE, PAGE), 1);
+			EXPECT_PAGE(x, 3, 70, PAGE_OK);
+			/* Again through a fault, and a second failure. */
+			evicted(b, 3, 1);
+			sbi_test_io_fail(EIO, 1);
+			EXPECT_PAGE(x, 3, 70, PAGE_SIGBUS);
+			sbi_test_io_fail(EIO, 1);
+			CHECK_EQ(sb_buf_map(b, 3 * PAGE, PAGE), -EIO);
+			EXPECT_PAGE(x, 3, 70, PAGE_SIGBUS);
+			CHECK_EQ(sb_buf_map(b, 3 * PAGE, PAGE), 1);
+			EXPECT_PAGE(x, 3, 70, PAGE_OK);
+		} else {
+			CHECK(m == -EIO || m >= 0);
+		}
+	}
+	/* The spill copy of a failed page is kept until unmap (above, page
+	 * 6's): not one byte of spill may stay when the buffer goes (the
+	 * end of this test). sb_buf_unmap discards it: a fresh zero page. */
 	CHECK(sb_buf_unmap(b, 6 * PAGE, PAGE) >= 0);
 	CHECK_EQ(disk_check_zero(x + 6 * PAGE, PAGE), -1);
 	CHECK_EQ(sb_buf_placed(b, 6 * PAGE, PAGE), 1);

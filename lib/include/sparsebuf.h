@@ -207,9 +207,10 @@ struct sb_pool *sb_buf_pool(const struct sb_buf *buf);
 /* Place a page under every page of [off, off+len) that has none. Returns
  * the number of pages newly placed. All or nothing for the pages it
  * allocates: on an error none is placed; pages whose data was on disk are
- * read back first and stay placed even if the call then fails. Errors:
- * -EINVAL, -ERANGE (the range reaches past the end), -ENOMEM (budget with
- * nothing evictable, memory, or vm.max_map_count), -EIO (a page whose read
+ * read back first and stay placed even if the call then fails; a spill
+ * page whose earlier read failed is read once more. Errors: -EINVAL,
+ * -ERANGE (the range reaches past the end), -ENOMEM (budget with nothing
+ * evictable, memory, or vm.max_map_count), -EIO (a page whose read
  * failed), -ECHILD. */
 long sb_buf_map(struct sb_buf *buf, size_t off, size_t len);
 
