@@ -252,6 +252,18 @@ static long drop_pages(struct sb_buf *buf, const size_t *idx, size_t n)
 	return (long)n;
 }
 
+/* Test hook: the next count write-outs fail with -err, their data
+ * written or not. */
+static _Atomic unsigned test_wfail_count;
+static _Atomic int test_wfail_err;
+
+void sbi_test_evict_fail(int err, unsigned count);
+void sbi_test_evict_fail(int err, unsigned count)
+{
+	atomic_store(&test_wfail_err, err);
+	atomic_store(&test_wfail_count, count);
+}
+
 /* Write pages idx[0..n) (n <= BATCH, placed, private) to spill slots and
  * release them. All or nothing. *reclaimed: on -ENOSPC, the slots freed
  * earlier whose blocks this gave back; then, if first, the caller tries
@@ -311,6 +323,8 @@ static long write_once(struct sb_buf *buf, const size_t *idx, size_t n,
 	} else {
 		sbi_io_submit(d->io, ios, nio);
 		r = sbi_io_wait(&w);
+		if (r == 0 && sbi_test_take(&test_wfail_count))
+			r = -atomic_load(&test_wfail_err);
 		for (size_t k = 0; k < nio; k++)
 			sbi_io_put(d->io, ios[k]);
 	}
@@ -577,9 +591,19 @@ void sbi_evict_cold(struct sb_pool *pool, size_t want, struct sb_buf *held,
 			    sbi_pte_page(buf->pte[i]) != c[k].pid ||
 			    (buf->pte[i] & SBI_PTE_INFLIGHT))
 				continue;
-			/* The ready thread reads it (touch.c): later. */
+			/* The ready thread reads it (touch.c): later. If
+			 * we hold its buffer's lock, that read may wait for
+			 * us: a page whose entries the kernel dropped (a
+			 * failed write-out left it registered for minor
+			 * faults) faults to a handler, which needs this
+			 * lock. Map it again and wake the reader, as that
+			 * handler would: else both wait until our stall
+			 * limit (alloc.c), and this allocation fails. */
 			if (__atomic_load_n(&pool->touch_addr,
 					    __ATOMIC_ACQUIRE) == c[k].addr) {
+				if (buf == held && pool->can_minor &&
+				    sbi_vma_continue(buf, i) == 0)
+					sbi_vma_wake(buf, i);
 				sbi_rmap_note(buf, i, c[k].pid);
 				rd->busy++;
 				continue;

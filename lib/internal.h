@@ -896,6 +896,18 @@ void sbi_ready_want(struct sb_pool *pool, sbi_pid p, int prio);
  * it back. Returns pages released. keep_spare keeps one empty heap. */
 size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready);
 
+/* Test hooks (the sbi_test_* calls): take one from a count of injected
+ * events; false once it is 0. */
+static inline bool sbi_test_take(_Atomic unsigned *count)
+{
+	unsigned n = atomic_load_explicit(count, memory_order_relaxed);
+
+	while (n)
+		if (atomic_compare_exchange_weak(count, &n, n - 1))
+			return true;
+	return false;
+}
+
 /* ---- buf.c -----------------------------------------------------------------*/
 
 /* Page-table entry of a buffer page. */

@@ -496,18 +496,6 @@ void sbi_test_io_cancel(unsigned count)
 	atomic_store(&test_cancel_count, count);
 }
 
-static bool test_cancel_take(void)
-{
-	unsigned n = atomic_load_explicit(&test_cancel_count,
-					  memory_order_relaxed);
-
-	while (n)
-		if (atomic_compare_exchange_weak(&test_cancel_count, &n,
-						 n - 1))
-			return true;
-	return false;
-}
-
 static bool transient(int res)
 {
 	return res == -ECANCELED || res == -EFAULT || res == -EINTR ||
@@ -550,7 +538,7 @@ static struct sbi_io *reap(struct sbi_io_engine *e, int timeout_ms)
 			int res = cqe->res;
 
 			n++;
-			if (test_cancel_take())
+			if (sbi_test_take(&test_cancel_count))
 				res = -ECANCELED;
 			/* Failed by the submitting thread's state, not the
 			 * request's: io_uring could not start an io-wq worker

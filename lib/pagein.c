@@ -67,13 +67,8 @@ void sbi_test_bounce_fail(int err, unsigned count)
  * the order reads start (the touched page before its readahead). */
 static int injected_failure(void)
 {
-	unsigned n = atomic_load(&test_fail_count);
-
-	while (n) {
-		if (atomic_compare_exchange_weak(&test_fail_count, &n, n - 1))
-			return -atomic_load(&test_fail_err);
-	}
-	return 0;
+	return sbi_test_take(&test_fail_count) ? -atomic_load(&test_fail_err)
+					       : 0;
 }
 
 /* ---- where the data is ----------------------------------------------------- */
@@ -300,12 +295,9 @@ static bool take_waiter(struct sb_buf *buf, size_t idx)
 static int bounce_write(struct sb_pool *pool, struct sbi_io *io)
 {
 	size_t len = pool->page_size;
-	unsigned fail = atomic_load(&test_wfail_count);
+	bool fail = sbi_test_take(&test_wfail_count);
 	int r;
 
-	while (fail && !atomic_compare_exchange_weak(&test_wfail_count, &fail,
-						     fail - 1))
-		;
 	if (fail)
 		len /= 2;
 	r = sbi_heap_write(sbi_pid_heap(pool, io->pid),

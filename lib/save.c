@@ -105,13 +105,15 @@ static int save_batch(struct saver *sv, size_t i, size_t end)
 		uint64_t pte = buf->pte[k];
 		char *mem;
 
-		if (pte & SBI_PTE_IOERR) {
+		/* A failed read: the spill copy is read once more (kept for
+		 * that, pagein.c), a file's page is not. */
+		if ((pte & SBI_PTE_IOERR) && !sbi_pte_slot1(pte)) {
 			r = -EIO;
 			break;
 		}
 		if (sbi_pte_has_page(pte)) {
 			mem = sbi_pid_mem(pool, sbi_pte_page(pte));
-		} else if (pte & SBI_PTE_DISK) {
+		} else if (pte & (SBI_PTE_DISK | SBI_PTE_IOERR)) {
 			mem = sv->bounce + (k - i) * ps;
 			r = sbi_pagein_read_sync(buf, k, mem);
 			if (r < 0) {

@@ -29,7 +29,8 @@
  * evict, destroy) cannot race it: each cancels first, and every request
  * is queued before the owner can see the placement (the fault handler
  * queues before its wake-up). The pool's clock, the only other unplacer,
- * skips the page being read (pool->touch_addr).
+ * skips the page being read (pool->touch_addr), and maps it again should
+ * the kernel have dropped its entries (evict.c).
  */
 #include "internal.h"
 #include "tsan.h"
@@ -116,17 +117,11 @@ unsigned sbi_test_touch_delay(unsigned us, unsigned count, unsigned *read)
 
 static bool test_delay(void)
 {
-	unsigned n = atomic_load_explicit(&test_delay_count,
-					  memory_order_relaxed);
-
-	while (n)
-		if (atomic_compare_exchange_weak(&test_delay_count, &n,
-						 n - 1)) {
-			atomic_fetch_add(&test_delays, 1);
-			usleep(atomic_load(&test_delay_us));
-			return true;
-		}
-	return false;
+	if (!sbi_test_take(&test_delay_count))
+		return false;
+	atomic_fetch_add(&test_delays, 1);
+	usleep(atomic_load(&test_delay_us));
+	return true;
 }
 
 /* Read bytes [off, off + len) of page idx once a 4 KiB, if it is placed.

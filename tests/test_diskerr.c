@@ -3,7 +3,8 @@
  * give the touching thread SIGBUS (never zeros, never a hang), raise
  * io_errors and leave the other evicted pages readable; a failed page stays
  * failed or reads its exact data, never anything else; sb_buf_map reads
- * it again (the error gone, its data whole), sb_buf_unmap clears it;
+ * it again (the error gone, its data whole), so does sb_buf_save,
+ * sb_buf_unmap clears it;
  * sb_buf_map of a page whose read fails reports the error (or leaves a
  * page that raises SIGBUS). Each case runs in a child process, once
  * per pager (io_uring and SPARSEBUF_PAGER=sync), under a timeout. */
@@ -190,6 +191,23 @@ static int io_fail_child(void)
 			CHECK(m == -EIO || m >= 0);
 		}
 	}
+	/* sb_buf_save reads a failed page's spill copy once more: the file
+	 * holds its data. */
+	if (sb_buf_placed(b, 5 * PAGE, PAGE) == 0) {
+		char path[600];
+		struct sb_buf *r;
+		int err = 0;
+
+		snprintf(path, sizeof(path), "%s/save", getenv("SBT_DIR"));
+		CHECK_EQ(sb_buf_save(b, 5 * PAGE, PAGE, path), 0);
+		r = sb_buf_restore(p, path, 0, &err);
+		CHECK(r != NULL);
+		CHECK_EQ(read_page(sb_buf_addr(r), 0, seed_of(70, 5)), PAGE_OK);
+		EXPECT_PAGE(x, 5, 70, PAGE_SIGBUS);	/* still, here */
+		sb_buf_destroy(r);
+		unlink(path);
+		printf("io error: a failed page saved whole\n");
+	}
 	/* The spill copy of a failed page is kept until unmap (above, page
 	 * 6's): not one byte of spill may stay when the buffer goes (the
 	 * end of this test). sb_buf_unmap discards it: a fresh zero page. */
@@ -353,6 +371,14 @@ static int corrupt_child(void)
 	CHECK_EQ(sbi_test_corrupt_spill(b, 0), 0);
 	EXPECT_PAGE(x, 0, 72, PAGE_SIGBUS);
 	EXPECT_PAGE(x, 7, 72, PAGE_OK);
+	/* Its data is lost: a save of it says so. */
+	{
+		char path[600];
+
+		snprintf(path, sizeof(path), "%s/save", getenv("SBT_DIR"));
+		CHECK_EQ(sb_buf_save(b, 0, 2 * PAGE, path), -EIO);
+		CHECK(access(path, F_OK) < 0);
+	}
 	VERIFY(p);
 	sb_buf_destroy(b);
 
