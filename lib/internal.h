@@ -1055,6 +1055,11 @@ struct sb_buf {
 	 * (vm.max_map_count): a waiting sbi_pagein_spans reports -ENOMEM,
 	 * not the page as placed. */
 	_Atomic unsigned map_failures;
+	/* Spill pages whose read failed, kept for sb_buf_map to read again
+	 * (pagein.c, place.c): a hint, never less than there are (unmap and
+	 * destroy do not count them down), so a map of a buffer that never
+	 * had one looks for none. */
+	_Atomic unsigned failed_reads;
 	/* buf->lock: 1 + the highest page index ever shared in or out (a
 	 * bound for finding pages whose other holders let go). */
 	size_t shared_hi;

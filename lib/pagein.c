@@ -414,6 +414,8 @@ static bool pagein_done(struct sbi_io *io)
 			       (io->src_pte & (SBI_PTE_KEEP | SBI_PTE_PID)) |
 			       SBI_PTE_SLOT(slot1);
 			drop_slot = drop_kept = false;
+			if (slot1)
+				atomic_fetch_add(&buf->failed_reads, 1);
 			wake = true;
 		}
 		if (wake) {

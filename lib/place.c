@@ -55,7 +55,8 @@ static void reread_failed(struct sb_buf *buf, size_t first, size_t end)
 {
 	struct sb_pool *pool = buf->pool;
 
-	if (!pool->can_poison)
+	if (!pool->can_poison || !atomic_load_explicit(&buf->failed_reads,
+						       memory_order_relaxed))
 		return;
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);
@@ -63,9 +64,11 @@ static void reread_failed(struct sb_buf *buf, size_t first, size_t end)
 		uint64_t pte = buf->pte[i];
 
 		if ((pte & SBI_PTE_IOERR) && sbi_pte_slot1(pte) &&
-		    sbi_vma_unpoison(buf, i) == 0)
+		    sbi_vma_unpoison(buf, i) == 0) {
 			buf->pte[i] = (pte & ~(SBI_PTE_POISON | SBI_PTE_IOERR)) |
 				      SBI_PTE_DISK;
+			atomic_fetch_sub(&buf->failed_reads, 1);
+		}
 	}
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->layout);
