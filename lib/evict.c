@@ -254,14 +254,12 @@ static long drop_pages(struct sb_buf *buf, const size_t *idx, size_t n)
 
 /* Test hook: the next count write-outs fail with -err, their data
  * written or not. */
-static _Atomic unsigned test_wfail_count;
-static _Atomic int test_wfail_err;
+static struct sbi_test_fault write_fault;
 
 void sbi_test_evict_fail(int err, unsigned count);
 void sbi_test_evict_fail(int err, unsigned count)
 {
-	atomic_store(&test_wfail_err, err);
-	atomic_store(&test_wfail_count, count);
+	sbi_test_arm(&write_fault, err, count);
 }
 
 /* Write pages idx[0..n) (n <= BATCH, placed, private) to spill slots and
@@ -323,8 +321,8 @@ static long write_once(struct sb_buf *buf, const size_t *idx, size_t n,
 	} else {
 		sbi_io_submit(d->io, ios, nio);
 		r = sbi_io_wait(&w);
-		if (r == 0 && sbi_test_take(&test_wfail_count))
-			r = -atomic_load(&test_wfail_err);
+		if (r == 0)
+			r = sbi_test_failure(&write_fault);
 		for (size_t k = 0; k < nio; k++)
 			sbi_io_put(d->io, ios[k]);
 	}

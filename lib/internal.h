@@ -908,6 +908,25 @@ static inline bool sbi_test_take(_Atomic unsigned *count)
 	return false;
 }
 
+/* A test hook's injected failures: the next `count` events fail, -err. */
+struct sbi_test_fault {
+	_Atomic unsigned count;
+	_Atomic int err;
+};
+
+static inline void sbi_test_arm(struct sbi_test_fault *f, int err,
+				unsigned count)
+{
+	atomic_store(&f->err, err);
+	atomic_store(&f->count, count);
+}
+
+/* -err if this event is to fail, else 0. */
+static inline int sbi_test_failure(struct sbi_test_fault *f)
+{
+	return sbi_test_take(&f->count) ? -atomic_load(&f->err) : 0;
+}
+
 /* ---- buf.c -----------------------------------------------------------------*/
 
 /* Page-table entry of a buffer page. */

@@ -39,36 +39,31 @@
  * allocation, and the disk should not sit idle while a batch is built. */
 #define SUBMIT_BYTES ((size_t)1 << 20)
 
-static _Atomic unsigned test_fail_count;
-static _Atomic int test_fail_err;
-
 /* Test hook: the next count page-in reads this process starts fail with
  * -err (reads ahead of a touch excepted: they are not asked for). */
+static struct sbi_test_fault read_fault;
+
 void sbi_test_io_fail(int err, unsigned count);
 void sbi_test_io_fail(int err, unsigned count)
 {
-	atomic_store(&test_fail_err, err);
-	atomic_store(&test_fail_count, count);
+	sbi_test_arm(&read_fault, err, count);
 }
 
 /* Test hook: the next count writes of a read buffer into its home page
  * stop half way with -err. */
-static _Atomic int test_wfail_err;
-static _Atomic unsigned test_wfail_count;
+static struct sbi_test_fault bounce_fault;
 
 void sbi_test_bounce_fail(int err, unsigned count);
 void sbi_test_bounce_fail(int err, unsigned count)
 {
-	atomic_store(&test_wfail_err, err);
-	atomic_store(&test_wfail_count, count);
+	sbi_test_arm(&bounce_fault, err, count);
 }
 
 /* Whether the read being started gets the injected failure: decided in
  * the order reads start (the touched page before its readahead). */
 static int injected_failure(void)
 {
-	return sbi_test_take(&test_fail_count) ? -atomic_load(&test_fail_err)
-					       : 0;
+	return sbi_test_failure(&read_fault);
 }
 
 /* ---- where the data is ----------------------------------------------------- */
@@ -295,7 +290,7 @@ static bool take_waiter(struct sb_buf *buf, size_t idx)
 static int bounce_write(struct sb_pool *pool, struct sbi_io *io)
 {
 	size_t len = pool->page_size;
-	bool fail = sbi_test_take(&test_wfail_count);
+	int fail = sbi_test_failure(&bounce_fault);
 	int r;
 
 	if (fail)
@@ -303,7 +298,7 @@ static int bounce_write(struct sb_pool *pool, struct sbi_io *io)
 	r = sbi_heap_write(sbi_pid_heap(pool, io->pid),
 			   sbi_pid_index(pool, io->pid), io->bounce, len,
 			   pool->page_size);
-	return r < 0 ? r : fail ? -atomic_load(&test_wfail_err) : 0;
+	return r < 0 ? r : fail;
 }
 
 static bool pagein_done(struct sbi_io *io)

@@ -32,6 +32,16 @@ unsigned sbi_test_touch_delay(unsigned us, unsigned count, unsigned *read);
 void sbi_test_io_fail(int err, unsigned count);
 void sbi_test_evict_fail(int err, unsigned count);
 
+/* Wait (at most 5 s) until a touch delayed by the hook has begun (the
+ * hook had counted d0 such waits). */
+static void touch_waiting(unsigned d0)
+{
+	for (int i = 0;
+	     i < 5000 && sbi_test_touch_delay(0, 0, NULL) == d0; i++)
+		usleep(1000);
+	CHECK(sbi_test_touch_delay(0, 0, NULL) > d0);
+}
+
 /*
  * The pool's clock never evicts the page the ready thread is reading. The
  * thread takes no signals: had the page gone, its read would fault, and a
@@ -56,10 +66,7 @@ static int clock_child(void)
 	alarm(60);
 	d0 = sbi_test_touch_delay(300000, 1, &r0);
 	CHECK_EQ(sb_buf_map(a, 0, 4 * PAGE), 4);
-	for (int i = 0;
-	     i < 5000 && sbi_test_touch_delay(0, 0, NULL) == d0; i++)
-		usleep(1000);
-	CHECK(sbi_test_touch_delay(0, 0, NULL) > d0);
+	touch_waiting(d0);
 	for (size_t i = 0; i < 4; i++)
 		disk_fill(x + i * PAGE, PAGE, 0x7100 + i);
 	sbi_test_io_fail(EIO, 1000);
@@ -121,10 +128,7 @@ static int held_child(void)
 	 * waits there. */
 	d0 = sbi_test_touch_delay(300000, 1, &r0);
 	CHECK_EQ(sb_buf_map(b, 0, 4 * PAGE), 3);
-	for (int i = 0;
-	     i < 5000 && sbi_test_touch_delay(0, 0, NULL) == d0; i++)
-		usleep(1000);
-	CHECK(sbi_test_touch_delay(0, 0, NULL) > d0);
+	touch_waiting(d0);
 	/* Shared out, pages 1-3 are never the clock's: page 0 is the only
 	 * candidate, and the pool at its budget. */
 	CHECK_EQ(sb_buf_share(o, 0, b, PAGE, 3 * PAGE), 3);
