@@ -596,10 +596,19 @@ void sbi_evict_cold(struct sb_pool *pool, size_t want, struct sb_buf *held,
 			 * faults) faults to a handler, which needs this
 			 * lock. Map it again and wake the reader, as that
 			 * handler would: else both wait until our stall
-			 * limit (alloc.c), and this allocation fails. */
+			 * limit (alloc.c), and this allocation fails. Not
+			 * a page write-protected for copy-on-write (its
+			 * mapping is registered for that alone, and the
+			 * kernel answers a read there itself): the
+			 * continue would map it writable over the kernel's
+			 * write-protect marker, and a later share would
+			 * trust a protection that is gone. */
 			if (__atomic_load_n(&pool->touch_addr,
 					    __ATOMIC_ACQUIRE) == c[k].addr) {
 				if (buf == held && pool->can_minor &&
+				    !(buf->pte[i] &
+				      (SBI_PTE_SHARED | SBI_PTE_PRIVMAP |
+				       SBI_PTE_WPFAIL)) &&
 				    sbi_vma_continue(buf, i) == 0)
 					sbi_vma_wake(buf, i);
 				sbi_rmap_note(buf, i, c[k].pid);
