@@ -52,9 +52,9 @@ void sbi_grow_note(struct sb_buf *buf, size_t idx)
 	now = grow_now_ms();
 	pthread_mutex_lock(&pool->pf_lock);
 	/* A thread changing the buffer's mappings cancelled its watch
-	 * (sbi_bg_quiet_begin): a note now (a fault's, after its wake-up) would
-	 * start it again on a page about to go. The next placement at the
-	 * end notes it again. */
+	 * (sbi_bg_quiet_begin): a note now (a fault's, after its wake-up)
+	 * would start it again on a page about to go. The next placement at
+	 * the end notes it again. */
 	if (buf->bg_quiet) {
 		pthread_mutex_unlock(&pool->pf_lock);
 		return;

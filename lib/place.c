@@ -65,8 +65,8 @@ static void reread_failed(struct sb_buf *buf, size_t first, size_t end)
 
 		if ((pte & SBI_PTE_IOERR) && sbi_pte_slot1(pte) &&
 		    sbi_vma_unpoison(buf, i) == 0) {
-			buf->pte[i] = (pte & ~(SBI_PTE_POISON | SBI_PTE_IOERR)) |
-				      SBI_PTE_DISK;
+			buf->pte[i] = SBI_PTE_DISK |
+				      (pte & ~(SBI_PTE_POISON | SBI_PTE_IOERR));
 			atomic_fetch_sub(&buf->failed_reads, 1);
 		}
 	}

@@ -51,8 +51,8 @@ void sbi_touch_queue(struct sb_buf *buf, size_t first, size_t end)
 		return;
 	pthread_mutex_lock(&pool->pf_lock);
 	next = (pool->tq_tail + 1) % SBI_TOUCH_MAX;
-	/* Not while a thread changes the buffer's mappings (sbi_bg_quiet_begin):
-	 * the page may be unplaced before the read. */
+	/* Not while a thread changes the buffer's mappings
+	 * (sbi_bg_quiet_begin): the page may be unplaced before the read. */
 	if (next != pool->tq_head && !buf->bg_quiet) {
 		pool->tq[pool->tq_tail] = (struct sbi_touch){buf, first, end, 0};
 		pool->tq_tail = next;

@@ -632,9 +632,9 @@ static void races(void)
 	t0 = now_s();
 	for (uint64_t in = ~0ull; now_s() - t0 < 5;) {
 		uint64_t now_in = stats(p).pages_in;
+		long placed = sb_buf_placed(b, 0, 16 * MiB);
 
-		if (now_in == in && stats(p).pages_used ==
-					    (size_t)sb_buf_placed(b, 0, 16 * MiB))
+		if (now_in == in && stats(p).pages_used == (size_t)placed)
 			break;
 		in = now_in;
 		usleep(20000);

@@ -175,7 +175,8 @@ static int cow_child(void)
 	CHECK_EQ(touched_at_least(p, 1), 1);
 	memset((char *)x, 0x41, PAGE);
 	CHECK_EQ(sb_buf_share(o, 0, b, 0, PAGE), 1);
-	CHECK_EQ(sb_buf_unmap(o, 0, PAGE), 1);	/* b's page 0: shared, alone */
+	/* b's page 0: shared out once, now its only holder. */
+	CHECK_EQ(sb_buf_unmap(o, 0, PAGE), 1);
 	CHECK_EQ(sb_buf_map(b, 5 * PAGE, PAGE), 1);
 	CHECK_EQ(touched_at_least(p, 2), 2);
 	/* The touch of pages 0-2 waits at page 0; 1 and 2 shared out: the
