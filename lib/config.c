@@ -198,25 +198,47 @@ int sbi_env_daemon_wait_ms(void)
 	return env_daemon_wait_ms;
 }
 
+/* An on/off switch, on unless 0. Advice, read per pool: a value that is
+ * neither 0 nor 1 is said (a typo must not pass for the default), never
+ * fatal. */
+static bool env_switch(const char *name)
+{
+	const char *s = getenv(name);
+
+	if (!s || !*s || strcmp(s, "1") == 0)
+		return true;
+	if (strcmp(s, "0") == 0)
+		return false;
+	sbi_warn("%s=\"%s\" is not 0 or 1; using 1", name, s);
+	return true;
+}
+
 bool sbi_env_daemon_cache(void)
 {
-	const char *s = getenv("SPARSEBUF_DAEMON_CACHE");
-
-	return !s || strcmp(s, "0") != 0;
+	return env_switch("SPARSEBUF_DAEMON_CACHE");
 }
 
 bool sbi_env_recycle(void)
 {
-	const char *s = getenv("SPARSEBUF_RECYCLE");
-
-	return !s || strcmp(s, "0") != 0;
+	return env_switch("SPARSEBUF_RECYCLE");
 }
 
 bool sbi_env_home(void)
 {
-	const char *s = getenv("SPARSEBUF_HOME");
+	return env_switch("SPARSEBUF_HOME");
+}
 
-	return !s || strcmp(s, "0") != 0;
+bool sbi_env_pager_sync(void)
+{
+	const char *s = getenv("SPARSEBUF_PAGER");
+
+	if (!s || !*s || strcmp(s, "io_uring") == 0)
+		return false;
+	if (strcmp(s, "sync") == 0)
+		return true;
+	sbi_warn("SPARSEBUF_PAGER=\"%s\" is not sync or io_uring; using "
+		 "io_uring where the kernel has it", s);
+	return false;
 }
 
 int sbi_env_touch(void)

@@ -125,6 +125,11 @@ bool sbi_env_daemon_cache(void);
 /* SPARSEBUF_RECYCLE: false when set to 0 (read at each pool's creation). */
 bool sbi_env_recycle(void);
 bool sbi_env_home(void);
+/* SPARSEBUF_PAGER=sync: the pread/pwrite pager even where io_uring works
+ * (read where a pool sets up its disk tier, and by the probe). Any value
+ * but sync and io_uring is logged and read as io_uring. Likewise the
+ * switches above: a value but 0 and 1 is logged and read as 1. */
+bool sbi_env_pager_sync(void);
 /* SPARSEBUF_TOUCH: 1 (always), 0 (never) or -1 (unset or auto: when the
  * first access to a mapped page is slow, touch.c). */
 int sbi_env_touch(void);

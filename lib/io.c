@@ -709,9 +709,7 @@ const char *sbi_io_name(const struct sbi_io_engine *e)
 /* Set up a ring, or say why not (-errno). */
 static int setup_ring(struct sbi_io_engine *e)
 {
-	const char *force = getenv("SPARSEBUF_PAGER");
-
-	if (force && !strcmp(force, "sync"))
+	if (sbi_env_pager_sync())
 		return -ENOTSUP;
 	return io_uring_queue_init(RING_DEPTH, &e->ring, 0);
 }

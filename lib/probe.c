@@ -200,7 +200,6 @@ static void probe_io_uring(void)
 	unsigned char params[120] = {0};
 	long r = syscall(__NR_io_uring_setup, 0, params);
 	int e = r < 0 ? errno : 0;
-	const char *force = getenv("SPARSEBUF_PAGER");
 
 	if (r >= 0)	/* a kernel that accepts no entries: fine too */
 		close((int)r);
@@ -213,8 +212,7 @@ static void probe_io_uring(void)
 	features.io_uring = 1;
 	/* The engine (io.c) makes the same choice per pool. */
 	snprintf(features.pager, sizeof(features.pager), "%s",
-		 force && !strcmp(force, "sync")
-			 ? "pread/pwrite (SPARSEBUF_PAGER=sync)"
+		 sbi_env_pager_sync() ? "pread/pwrite (SPARSEBUF_PAGER=sync)"
 			 : "io_uring");
 }
 

@@ -163,6 +163,26 @@ static int main_test(void)
 		expect("nonode", no_node, "default pool is unavailable");
 		expect("good", bad_log, "SPARSEBUF_LOG");
 		expect("good", bad_threads, "SPARSEBUF_FAULT_THREADS");
+		/* Switches: a value they do not know is said, and read as the
+		 * default (an outsider's SPARSEBUF_PAGER=bogus passed in
+		 * silence). */
+		{
+			static const char *const sw[][2] = {
+				{"SPARSEBUF_RECYCLE=2", "SPARSEBUF_RECYCLE=\"2\""},
+				{"SPARSEBUF_HOME=zz", "SPARSEBUF_HOME=\"zz\""},
+				{"SPARSEBUF_PAGER=bogus",
+				 "SPARSEBUF_PAGER=\"bogus\""},
+			};
+
+			for (size_t i = 0; i < 3; i++) {
+				char *env[] = {(char *)sw[i][0],
+					       "SPARSEBUF_PAGE_SIZE=64K",
+					       "SPARSEBUF_HEAP_SIZE=8M",
+					       "SPARSEBUF_MAX_BYTES=1M", NULL};
+
+				expect("good", env, sw[i][1]);
+			}
+		}
 		expect("lazy", NULL, NULL);
 	}
 	printf("environment: parsed, validated, reported\n");
