@@ -1079,10 +1079,11 @@ struct sb_buf {
 	 * (vm.max_map_count): a waiting sbi_pagein_spans reports -ENOMEM,
 	 * not the page as placed. */
 	_Atomic unsigned map_failures;
-	/* Spill pages whose read failed, kept for sb_buf_map to read again
-	 * (pagein.c, place.c): a hint, never less than there are (unmap and
-	 * destroy do not count them down), so a map of a buffer that never
-	 * had one looks for none. */
+	/* Pages whose read failed that can be read again (a spill copy kept
+	 * for that, or the buffer's file), for sb_buf_map and
+	 * sb_buf_prefetch (pagein.c, place.c): a hint, never less than there
+	 * are (unmap and destroy do not count them down), so a map of a
+	 * buffer that never had one looks for none. */
 	_Atomic unsigned failed_reads;
 	/* buf->lock: 1 + the highest page index ever shared in or out (a
 	 * bound for finding pages whose other holders let go). */
@@ -1131,6 +1132,12 @@ static inline struct sbi_span sbi_span_inside(const struct sb_pool *pool,
  * sb_buf_map after argument checks. Data on disk is read back (and waited
  * for when wait). Takes the layout and buffer locks. */
 long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end, bool wait);
+/* Failed pages of the nsp spans that can be read again (a kept spill
+ * copy, the buffer's file) made DISK again, for sb_buf_map and
+ * sb_buf_prefetch to read (place.c). Takes the layout and buffer locks,
+ * once, when the buffer ever had such a page. */
+void sbi_buf_reread_failed(struct sb_buf *buf, const struct sbi_span *sp,
+			   size_t nsp);
 /* Before taking buf->lock with no buffer lock held: give page-in
  * completions refused that lock a moment to finish (bounded). */
 void sbi_buf_let_io_in(struct sb_buf *buf);

@@ -404,12 +404,13 @@ static bool pagein_done(struct sbi_io *io)
 			/* The kept page (if any) stays, poisoned; so does
 			 * the spill slot: the copy on disk may read back
 			 * whole next time (a transient error), and
-			 * sb_buf_map tries again (place.c). */
+			 * sb_buf_map and sb_buf_prefetch try again
+			 * (place.c), as they do a file's page. */
 			*pte = SBI_PTE_POISON | SBI_PTE_IOERR |
 			       (io->src_pte & (SBI_PTE_KEEP | SBI_PTE_PID)) |
 			       SBI_PTE_SLOT(slot1);
 			drop_slot = drop_kept = false;
-			if (slot1)
+			if (slot1 || buf->src)
 				atomic_fetch_add(&buf->failed_reads, 1);
 			wake = true;
 		}

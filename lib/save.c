@@ -105,9 +105,9 @@ static int save_batch(struct saver *sv, size_t i, size_t end)
 		uint64_t pte = buf->pte[k];
 		char *mem;
 
-		/* A failed read: the spill copy is read once more (kept for
-		 * that, pagein.c), a file's page is not. */
-		if ((pte & SBI_PTE_IOERR) && !sbi_pte_slot1(pte)) {
+		/* A failed read: the spill copy (kept for that, pagein.c) or
+		 * the file's page is read once more. */
+		if ((pte & SBI_PTE_IOERR) && !sbi_pte_slot1(pte) && !buf->src) {
 			r = -EIO;
 			break;
 		}

@@ -448,7 +448,8 @@ static int child(const char *name)
 	race(b, maps0, UNDER_TSAN ? 1.0 : 1.5);
 	bounces_back(b);
 
-	/* 4. A failed read: SIGBUS until unmapped, then the file's bytes;
+	/* 4. A failed read: SIGBUS until unmapped or read again by
+	 * sb_buf_map or sb_buf_prefetch, then the file's bytes;
 	 * the unmap empties the page in place (its poison marker dropped),
 	 * so it stays home: a touch racing a later release only faults.
 	 * (Before Linux 6.6, no UFFDIO_POISON: the page is handed to the
@@ -459,6 +460,25 @@ static int child(const char *name)
 	CHECK_EQ(stats(p).io_errors >= 1, 1);
 	CHECK_EQ(touch_page(b, 40), -1);
 	VERIFY(p);
+	/* sb_buf_map reads the file's page once more, and so does
+	 * sb_buf_prefetch: the file's bytes, in place (still home). */
+	if (p->can_poison) {
+		CHECK(sb_buf_map(b, 40 * PAGE, PAGE) >= 0);
+		CHECK_EQ(sb_buf_placed(b, 40 * PAGE, PAGE), 1);
+		CHECK_EQ(touch_page(b, 40), 1);
+		CHECK(still_home(b, 40));
+		CHECK(sb_buf_unmap(b, 40 * PAGE, PAGE) >= 0);
+		sbi_test_io_fail(EIO, 1);
+		CHECK_EQ(touch_page(b, 40), -1);
+		CHECK(sb_buf_prefetch(b, &(struct sb_range){40 * PAGE, PAGE},
+				      1, SB_PREFETCH_WAIT) >= 0);
+		CHECK_EQ(touch_page(b, 40), 1);
+		CHECK(still_home(b, 40));
+		CHECK(sb_buf_unmap(b, 40 * PAGE, PAGE) >= 0);
+		sbi_test_io_fail(EIO, 1);
+		CHECK_EQ(touch_page(b, 40), -1);
+		VERIFY(p);
+	}
 	CHECK(sb_buf_unmap(b, 40 * PAGE, PAGE) >= 0);
 	CHECK(still_home(b, 40) || !p->can_poison);
 	CHECK_EQ(touch_page(b, 40), 1);

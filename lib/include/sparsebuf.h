@@ -207,8 +207,9 @@ struct sb_pool *sb_buf_pool(const struct sb_buf *buf);
 /* Place a page under every page of [off, off+len) that has none. Returns
  * the number of pages newly placed. All or nothing for the pages it
  * allocates: on an error none is placed; pages whose data was on disk are
- * read back first and stay placed even if the call then fails; a spill
- * page whose earlier read failed is read once more. Errors: -EINVAL,
+ * read back first and stay placed even if the call then fails; a page
+ * whose earlier read failed (a spill copy, a file's page) is read once
+ * more. Errors: -EINVAL,
  * -ERANGE (the range reaches past the end), -ENOMEM (budget with nothing
  * evictable, memory, or vm.max_map_count), -EIO (a page whose read
  * failed), -ECHILD. */
@@ -227,7 +228,8 @@ long sb_buf_unmap(struct sb_buf *buf, size_t off, size_t len);
  * there is released; unplaced source pages leave dst unplaced. The first
  * write through either side gives the writer a private copy (counted in
  * cow_copies). Returns the number of pages shared. Source pages on disk are
- * read in first; eviction leaves src alone meanwhile. Errors: -EINVAL,
+ * read in first (one whose earlier read failed once more, as by
+ * sb_buf_map); eviction leaves src alone meanwhile. Errors: -EINVAL,
  * -ERANGE, -EXDEV (different pools), -EOPNOTSUPP (no write-protect on
  * shmem), -ENOMEM (no page for a source page on disk, or the mapping
  * limit), -EIO (a source page's data lost), -EAGAIN (a source page kept
@@ -253,7 +255,8 @@ struct sb_range {
  * full queue drops the rest: prefetch is advice). With SB_PREFETCH_WAIT
  * the pages are placed before it returns, and so is everything queued
  * earlier for this buffer (n = 0 just waits for those). A later
- * sb_buf_unmap of a range cancels what is still queued for it. Errors:
+ * sb_buf_unmap of a range cancels what is still queued for it. A page
+ * whose earlier read failed is read once more, as by sb_buf_map. Errors:
  * -EINVAL, -ERANGE (as sb_buf_map, for any range), -ECHILD, and with WAIT
  * those of sb_buf_map (-ENOMEM, -EIO). */
 long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
