@@ -13,14 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* How long an allocation keeps trying while every candidate it finds is
  * busy (or being evicted by someone else) without one page going out. */
 #define STALL_MS 10000
@@ -93,8 +85,8 @@ int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 			continue;
 		}
 		if (!stalled_since) {
-			stalled_since = now_ms();
-		} else if (now_ms() - stalled_since > STALL_MS) {
+			stalled_since = sbi_mono_ms();
+		} else if (sbi_mono_ms() - stalled_since > STALL_MS) {
 			sbi_warn("pool %u: no page could be evicted for %d s "
 				 "(every candidate busy)",
 				 pool->id, STALL_MS / 1000);

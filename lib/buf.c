@@ -414,6 +414,7 @@ static bool unmap_home(struct sb_buf *buf, size_t i, struct home_batch *hb)
 	 * promise that a touch racing a release only ever faults (an
 	 * anonymous mapping reads zeros until it is registered). */
 	if (sbi_home_poisoned(buf, i) && sbi_vma_unpoison(buf, i) == 0) {
+		sbi_failed_read_gone(buf, buf->pte[i]);
 		buf->pte[i] = SBI_PTE_DISK | SBI_PTE_KEEP |
 			      sbi_pte_placed(sbi_home_pid(buf, i));
 		return true;

@@ -79,14 +79,6 @@ struct sbi_dclient {
 	int nstash;
 };
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static struct timespec deadline_ts(uint64_t deadline_ms)
 {
 	struct timespec ts = {(time_t)(deadline_ms / 1000),
@@ -581,7 +573,7 @@ int sbi_dclient_lease(struct sbi_dclient *c, uint64_t min, uint64_t want,
 	int fd = -1, r;
 
 	*granted = 0;
-	r = request(c, &m, mono_ms() + (uint64_t)wait_ms, &rep, &fd, NULL);
+	r = request(c, &m, sbi_mono_ms() + (uint64_t)wait_ms, &rep, &fd, NULL);
 	if (fd >= 0)
 		close(fd);
 	if (r < 0)
@@ -632,7 +624,7 @@ int sbi_dclient_heap(struct sbi_dclient *c, uint64_t bytes, int wait_ms)
 	uint64_t gen = 0;
 	int fd = -1, r;
 
-	r = request(c, &m, mono_ms() + (uint64_t)wait_ms, &rep, &fd, &gen);
+	r = request(c, &m, sbi_mono_ms() + (uint64_t)wait_ms, &rep, &fd, &gen);
 	if (r < 0)
 		return r;
 	if (rep.err < 0 || fd < 0 || !heap_fd_ok(fd, bytes) || !rep.a ||
@@ -793,8 +785,8 @@ int sbi_dclient_cache_put(struct sbi_dclient *c, uint64_t key, uint64_t pkey,
 	if (!ntok || ntok > SBD_CACHE_MAX_TOKENS || !npages ||
 	    npages > SBD_CACHE_MAX_PAGES || depth >= SBD_CACHE_MAX_DEPTH)
 		return -E2BIG;
-	r = request_p(c, &m, tokens, mono_ms() + CACHE_WAIT_MS, &rep, &fd, gen,
-		      refs, (size_t)npages * sizeof(*refs));
+	r = request_p(c, &m, tokens, sbi_mono_ms() + CACHE_WAIT_MS, &rep, &fd,
+		      gen, refs, (size_t)npages * sizeof(*refs));
 	if (fd >= 0)
 		close(fd);
 	if (r < 0)
@@ -814,7 +806,7 @@ int sbi_dclient_cache_done(struct sbi_dclient *c, uint64_t key, bool ok,
 	uint64_t g = 0;
 	int fd = -1, r;
 
-	r = request(c, &m, mono_ms() + CACHE_WAIT_MS, &rep, &fd, &g);
+	r = request(c, &m, sbi_mono_ms() + CACHE_WAIT_MS, &rep, &fd, &g);
 	if (fd >= 0)
 		close(fd);
 	if (r == 0 && g != gen)
@@ -836,8 +828,8 @@ int sbi_dclient_cache_get(struct sbi_dclient *c, uint64_t key, uint64_t pkey,
 		return -ENOMEM;
 	bool replied;
 
-	r = request_p(c, &m, NULL, mono_ms() + CACHE_WAIT_MS, &rep, &fd, gen,
-		      buf, SBD_MAX_PAYLOAD);
+	r = request_p(c, &m, NULL, sbi_mono_ms() + CACHE_WAIT_MS, &rep, &fd,
+		      gen, buf, SBD_MAX_PAYLOAD);
 	replied = r == 0;
 	if (fd >= 0)
 		close(fd);
@@ -878,7 +870,7 @@ int sbi_dclient_cache_heap(struct sbi_dclient *c, uint32_t id, uint64_t gen,
 	uint64_t g = 0;
 	int fd = -1, r;
 
-	r = request(c, &m, mono_ms() + CACHE_WAIT_MS, &rep, &fd, &g);
+	r = request(c, &m, sbi_mono_ms() + CACHE_WAIT_MS, &rep, &fd, &g);
 	if (r == 0 && g != gen)
 		r = -ESTALE;	/* another daemon: its id names another heap */
 	if (r == 0 && rep.err < 0)

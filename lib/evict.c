@@ -347,7 +347,10 @@ failed:
 			sbi_spill_punch_now(d);
 		else
 			sbi_count(&pool->n_io_errors, 1);
-		if (!(r == -ENOSPC && first && *reclaimed))
+		/* (The first, then one line a second at most: a full or
+		 * failing disk under steady eviction says so once.) */
+		if (!(r == -ENOSPC && first && *reclaimed) &&
+		    sbi_log_gate(&pool->ioerr_log_ms))
 			sbi_warn("eviction of %zu pages of buffer %u: %s; "
 				 "kept in memory",
 				 n, buf->id, strerror(-r));

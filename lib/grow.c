@@ -49,7 +49,7 @@ void sbi_grow_note(struct sb_buf *buf, size_t idx)
 	if (!idx || idx + 1 >= buf->npages || !grow_watchable(buf) ||
 	    !sbi_pte_has_page(buf->pte[idx - 1]))
 		return;
-	now = grow_now_ms();
+	now = sbi_mono_ms();
 	pthread_mutex_lock(&pool->pf_lock);
 	/* A thread changing the buffer's mappings cancelled its watch
 	 * (sbi_bg_quiet_begin): a note now (a fault's, after its wake-up)

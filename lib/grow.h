@@ -32,14 +32,6 @@
  * its CPU for up to 4 ms when the pages needed zeroing. */
 #define BURST 8
 
-static inline uint64_t grow_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static inline bool grow_watchable(const struct sb_buf *buf)
 {
 	return (buf->flags & SB_BUF_GROWS) && !buf->src;

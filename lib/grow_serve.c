@@ -96,7 +96,7 @@ bool sbi_grow_serve(struct sb_pool *pool)
 		pool->grow_due_ms = UINT64_MAX;
 		return false;
 	}
-	now = grow_now_ms();
+	now = sbi_mono_ms();
 	pthread_mutex_unlock(&pool->lock);
 	/* Round robin, the urgent watches first (their owners outran the
 	 * watch before: a client mapping ahead of its writes, which finds

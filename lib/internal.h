@@ -89,6 +89,12 @@ extern int sbi_log_level;
 /* Formats into a stack buffer and write(2)s it: safe on the fault path. */
 void sbi_log(int level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* CLOCK_MONOTONIC in milliseconds. */
+uint64_t sbi_mono_ms(void);
+/* Whether a line that could repeat without end (an I/O error a read, a
+ * SIGBUS a touch) may be said now: the first through *last_ms (0 until
+ * then), then one a second at most; the caller says how many so far. */
+bool sbi_log_gate(_Atomic uint64_t *last_ms);
 #define sbi_err(...) sbi_log(SBI_LOG_ERROR, __VA_ARGS__)
 #define sbi_warn(...) sbi_log(SBI_LOG_WARN, __VA_ARGS__)
 #define sbi_info(...) sbi_log(SBI_LOG_INFO, __VA_ARGS__)
@@ -569,6 +575,7 @@ struct sb_pool {
 	_Atomic uint64_t n_faults, n_maps, n_unmaps, n_cow, n_fault_places, n_touched,
 		n_sigbus, n_sync_prepares, n_map_faults;
 	_Atomic uint64_t sigbus_log_ms;	/* last budget SIGBUS logged */
+	_Atomic uint64_t ioerr_log_ms;	/* last I/O error logged */
 
 	/* The disk tier, set up at first use (disk.c). */
 	pthread_mutex_t disk_lock;	/* creation of disk only */
@@ -1080,10 +1087,11 @@ struct sb_buf {
 	 * not the page as placed. */
 	_Atomic unsigned map_failures;
 	/* Pages whose read failed that can be read again (a spill copy kept
-	 * for that, or the buffer's file), for sb_buf_map and
-	 * sb_buf_prefetch (pagein.c, place.c): a hint, never less than there
-	 * are (unmap and destroy do not count them down), so a map of a
-	 * buffer that never had one looks for none. */
+	 * for that, or the buffer's file), for sb_buf_map,
+	 * sb_buf_prefetch(WAIT) and sb_buf_share (pagein.c, place.c): a
+	 * hint, never less than there are (counted down when such an entry
+	 * is read again or released: sbi_failed_read_gone), so a map of a
+	 * buffer that has none looks for none. */
 	_Atomic unsigned failed_reads;
 	/* buf->lock: 1 + the highest page index ever shared in or out (a
 	 * bound for finding pages whose other holders let go). */
@@ -1133,9 +1141,9 @@ static inline struct sbi_span sbi_span_inside(const struct sb_pool *pool,
  * for when wait). Takes the layout and buffer locks. */
 long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end, bool wait);
 /* Failed pages of the nsp spans that can be read again (a kept spill
- * copy, the buffer's file) made DISK again, for sb_buf_map and
- * sb_buf_prefetch to read (place.c). Takes the layout and buffer locks,
- * once, when the buffer ever had such a page. */
+ * copy, the buffer's file) made DISK again, for sb_buf_map,
+ * sb_buf_prefetch(WAIT) and sb_buf_share to read (place.c). Takes the
+ * layout and buffer locks, once, when the buffer ever had such a page. */
 void sbi_buf_reread_failed(struct sb_buf *buf, const struct sbi_span *sp,
 			   size_t nsp);
 /* Before taking buf->lock with no buffer lock held: give page-in
@@ -1559,6 +1567,9 @@ long sbi_buf_evict_sole(struct sb_buf *buf, size_t off, size_t len);
  * give back its spill slot and kept page (not for one in flight: its
  * request owns them). */
 void sbi_pte_release(struct sb_buf *buf, uint64_t pte);
+/* An entry that was a failed, readable page (failed_reads) is one no more:
+ * counted down. */
+void sbi_failed_read_gone(struct sb_buf *buf, uint64_t pte);
 
 /* Files (file.c). */
 /* 0 if st is a regular file (or, with allow_blk, a block device), else

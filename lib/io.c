@@ -327,21 +327,13 @@ static void submit_ring(struct sbi_io_engine *e)
 	}
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 void sbi_io_submit(struct sbi_io_engine *e, struct sbi_io **ios, size_t n)
 {
 	uint64_t now;
 
 	if (!n)
 		return;
-	now = now_ms();
+	now = sbi_mono_ms();
 	pthread_mutex_lock(&e->lock);
 	for (size_t k = 0; k < n; k++) {
 		q_push(&e->pending, ios[k]);
@@ -367,7 +359,7 @@ bool sbi_io_can_punch(const struct sbi_io_engine *e)
 
 bool sbi_io_quiet(struct sbi_io_engine *e, unsigned ms)
 {
-	uint64_t now = now_ms();
+	uint64_t now = sbi_mono_ms();
 	bool r;
 
 	pthread_mutex_lock(&e->lock);
@@ -385,7 +377,7 @@ bool sbi_io_wake_later(struct sbi_io_engine *e, int uffd, uintptr_t start,
 	r = e->busy > e->punches && e->nwake < WAKE_LATER;
 	if (r) {
 		if (!e->nwake)
-			e->wake_since_ms = now_ms();
+			e->wake_since_ms = sbi_mono_ms();
 		e->wake_range[e->nwake] =
 			(struct uffdio_range){.start = start, .len = len};
 		e->wake_uffd[e->nwake++] = uffd;
@@ -640,11 +632,12 @@ static void *completer(void *arg)
 		e->busy -= finished;
 		e->punches -= punched;
 		if (finished > punched) {
-			e->last_ms = now_ms();
+			e->last_ms = sbi_mono_ms();
 			/* What a read or write held may be had now. */
 			wake = e->nwake != 0;
 		}
-		if (e->nwake && now_ms() - e->wake_since_ms >= WAKE_WITHIN_MS)
+		if (e->nwake &&
+		    sbi_mono_ms() - e->wake_since_ms >= WAKE_WITHIN_MS)
 			wake = true;
 		stop = e->stopping && !e->busy;
 		if (wake)

@@ -22,14 +22,6 @@
 #include <errno.h>
 #include <time.h>
 
-uint64_t sbi_lease_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static size_t mib_pages(const struct sb_pool *pool, size_t mib)
 {
 	size_t p = (mib << 20) >> pool->page_shift;

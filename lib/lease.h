@@ -29,7 +29,6 @@ struct sbi_lease {
 size_t sbi_lease_chunk(const struct sb_pool *pool);
 size_t sbi_lease_low(const struct sb_pool *pool);
 size_t sbi_lease_high(const struct sb_pool *pool);
-uint64_t sbi_lease_now_ms(void);
 /* The lease is pages now; pool->lock held. */
 void sbi_lease_set(struct sb_pool *pool, size_t pages);
 

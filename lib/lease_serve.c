@@ -247,7 +247,7 @@ static void *lease_thread(void *arg)
 		l->reclaim = 0;
 		l->report_now = false;
 		pthread_mutex_unlock(&l->lock);
-		now = sbi_lease_now_ms();
+		now = sbi_mono_ms();
 		if (reclaim) {
 			serve_reclaim(pool, reclaim);
 			report(pool, now, true);
@@ -288,7 +288,7 @@ int sbi_lease_start(struct sb_pool *pool, struct sbi_dclient *c)
 	pthread_condattr_destroy(&ca);
 	l->wait_ms = sbi_env_daemon_wait_ms();
 	l->fail = sbi_env_daemon_fail();
-	l->idle_since_ms = sbi_lease_now_ms();
+	l->idle_since_ms = sbi_mono_ms();
 	pool->lease = l;
 	pool->client = c;
 	r = sbi_dclient_start(c, &cbs);

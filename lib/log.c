@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 int sbi_log_level = SBI_LOG_WARN;
@@ -34,4 +35,24 @@ void sbi_log(int level, const char *fmt, ...)
 		/* Nowhere left to report it. */
 	}
 	errno = saved;
+}
+
+uint64_t sbi_mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+bool sbi_log_gate(_Atomic uint64_t *last_ms)
+{
+	uint64_t now = sbi_mono_ms(), last;
+
+	last = atomic_load_explicit(last_ms, memory_order_relaxed);
+	if (last && now - last < 1000)
+		return false;
+	/* One thread of those that race here says it. (now is never 0: a
+	 * machine up less than a millisecond runs no program.) */
+	return atomic_compare_exchange_strong(last_ms, &last, now ? now : 1);
 }

@@ -162,8 +162,16 @@ void sbi_pte_release(struct sb_buf *buf, uint64_t pte)
 		return;	/* the request gives them back when it finishes */
 	if ((pte & (SBI_PTE_DISK | SBI_PTE_IOERR)) && slot1)
 		sbi_spill_free(pool->disk, &(uint32_t){slot1 - 1}, 1);
+	sbi_failed_read_gone(buf, pte);
 	if (!sbi_ptref_none(kept))
 		sbi_pool_drop_evicted(pool, &(sbi_pid){sbi_ptref_pid(kept)}, 1);
+}
+
+void sbi_failed_read_gone(struct sb_buf *buf, uint64_t pte)
+{
+	/* Counted so when it failed (pagein_done). */
+	if ((pte & SBI_PTE_IOERR) && (sbi_pte_slot1(pte) || buf->src))
+		atomic_fetch_sub(&buf->failed_reads, 1);
 }
 
 /* Make the touch of page idx raise SIGBUS. A page evicted in place (KEEP)
@@ -301,6 +309,26 @@ static int bounce_write(struct sb_pool *pool, struct sbi_io *io)
 	return r < 0 ? r : fail;
 }
 
+/* A failed page-in: counted, and said (the first, then one line a second
+ * at most: a device that fails every read, or a caller that asks for a
+ * bad page again and again, must not flood the log). */
+static void log_failure(struct sb_buf *buf, size_t idx, int r)
+{
+	struct sb_pool *pool = buf->pool;
+	uint64_t n = atomic_fetch_add_explicit(&pool->n_io_errors, 1,
+					       memory_order_relaxed) + 1;
+
+	if (!sbi_log_gate(&pool->ioerr_log_ms))
+		return;
+	sbi_err("page-in of page %zu of buffer %u: %s (%llu I/O error%s in "
+		"this pool so far)",
+		idx, buf->id,
+		r == -EBADMSG	? "checksum mismatch"
+		: r == -ENODATA ? "the file is shorter than when it was opened"
+				: strerror(-r),
+		(unsigned long long)n, n == 1 ? "" : "s");
+}
+
 static bool pagein_done(struct sbi_io *io)
 {
 	struct sb_buf *buf = io->buf;
@@ -332,15 +360,8 @@ static bool pagein_done(struct sbi_io *io)
 			/* Read into (and checked through) the pool side. */
 			sbi_pid_unmap_pool(pool, io->pid);
 		}
-		if (r < 0) {
-			sbi_err("page-in of page %zu of buffer %u: %s", io->idx,
-				buf->id,
-				r == -EBADMSG	 ? "checksum mismatch"
-				: r == -ENODATA ? "the file is shorter than "
-						  "when it was opened"
-						: strerror(-r));
-			sbi_count(&pool->n_io_errors, 1);
-		}
+		if (r < 0)
+			log_failure(buf, io->idx, r);
 	}
 	/* A thread may hold these while it waits for one of our writes. */
 	if (pthread_rwlock_tryrdlock(&pool->layout) != 0)
@@ -404,8 +425,9 @@ static bool pagein_done(struct sbi_io *io)
 			/* The kept page (if any) stays, poisoned; so does
 			 * the spill slot: the copy on disk may read back
 			 * whole next time (a transient error), and
-			 * sb_buf_map and sb_buf_prefetch try again
-			 * (place.c), as they do a file's page. */
+			 * sb_buf_map, sb_buf_prefetch(WAIT) and
+			 * sb_buf_share try again (place.c), as they do a
+			 * file's page. */
 			*pte = SBI_PTE_POISON | SBI_PTE_IOERR |
 			       (io->src_pte & (SBI_PTE_KEEP | SBI_PTE_PID)) |
 			       SBI_PTE_SLOT(slot1);

@@ -44,7 +44,7 @@ static bool disk_used(struct sb_buf *buf)
 }
 
 /*
- * Pages of [first, end) whose last read failed (IOERR, poisoned) and that
+ * Pages of the spans whose last read failed (IOERR, poisoned) and that
  * can be read again (a spill copy kept for that, pagein.c, or the
  * buffer's file) are on disk again, to be read by the caller: a transient
  * error (a flaky device, a read the kernel gave up on) must not lose the
@@ -72,9 +72,9 @@ void sbi_buf_reread_failed(struct sb_buf *buf, const struct sbi_span *sp,
 			    !(sbi_pte_slot1(pte) || buf->src) ||
 			    sbi_vma_unpoison(buf, i) < 0)
 				continue;
+			sbi_failed_read_gone(buf, pte);
 			buf->pte[i] = SBI_PTE_DISK |
 				      (pte & ~(SBI_PTE_POISON | SBI_PTE_IOERR));
-			atomic_fetch_sub(&buf->failed_reads, 1);
 		}
 	}
 	pthread_mutex_unlock(&buf->lock);

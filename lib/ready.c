@@ -319,14 +319,6 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready)
 	return released;
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Every 100 ms. The target shrinks by an eighth of its excess after a
  * whole second without a miss: growth often comes in bursts (every region
  * of a KV cache crosses a page boundary at the same position) separated by
@@ -399,7 +391,7 @@ static void ready_wait(struct sb_pool *pool, uint64_t *seen, unsigned *polls)
 	 * buffer's owner allocates nothing when it resumes, its pages were
 	 * placed ahead; the watch must notice by itself. */
 	if (pool->grow_due_ms != UINT64_MAX) {
-		uint64_t now = now_ms();
+		uint64_t now = sbi_mono_ms();
 		long left = pool->grow_due_ms > now
 				    ? (long)(pool->grow_due_ms - now) * 1000000L
 				    : 1000000L;
@@ -450,7 +442,8 @@ static void avoid_cpu(struct sb_pool *pool, int *avoided)
 void *sbi_ready_thread(void *arg)
 {
 	struct sb_pool *pool = arg;
-	uint64_t last_tick = now_ms(), no_back_until = 0, seen = 0, last_grow = 0;
+	uint64_t last_tick = sbi_mono_ms(), no_back_until = 0, seen = 0,
+		 last_grow = 0;
 	unsigned polls = HOT_POLLS;
 	int avoided = -1;
 
@@ -458,7 +451,7 @@ void *sbi_ready_thread(void *arg)
 	sbi_ready_self = true;
 	pthread_mutex_lock(&pool->lock);
 	while (!pool->stopping) {
-		uint64_t now = now_ms();
+		uint64_t now = sbi_mono_ms();
 		struct sbi_heap *h;
 		uint32_t i, n;
 		enum work w;
@@ -507,7 +500,7 @@ void *sbi_ready_thread(void *arg)
 			sbi_heap_punch(h, i, 1, pool->page_size);
 			pthread_mutex_lock(&pool->lock);
 			sbi_page_set_done(pool, h, i, SBI_PG_UNBACKED);
-			no_back_until = now_ms() + 1000;
+			no_back_until = sbi_mono_ms() + 1000;
 			continue;
 		}
 		pthread_mutex_lock(&pool->lock);

@@ -11,19 +11,11 @@
 #include <string.h>
 #include <time.h>
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 void sbi_sigbus_note(struct sb_buf *buf, size_t idx, int err,
 		     const char *what)
 {
 	struct sb_pool *pool = buf->pool;
-	uint64_t now = mono_ms(), last, n;
+	uint64_t n;
 	bool at_budget, machine;
 
 	/* Counted before the wake-up: the thread may look at once. */
@@ -35,10 +27,7 @@ void sbi_sigbus_note(struct sb_buf *buf, size_t idx, int err,
 		return;	/* I/O errors are logged where they happen */
 	/* A program killed by SIGBUS should say why without SPARSEBUF_LOG:
 	 * the first one, then at most one line a second. */
-	last = atomic_load_explicit(&pool->sigbus_log_ms, memory_order_relaxed);
-	if (last && now - last < 1000)
-		return;
-	if (!atomic_compare_exchange_strong(&pool->sigbus_log_ms, &last, now))
+	if (!sbi_log_gate(&pool->sigbus_log_ms))
 		return;
 	pthread_mutex_lock(&pool->lock);
 	at_budget = pool->used >= pool->max_pages;

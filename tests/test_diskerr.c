@@ -3,9 +3,10 @@
  * give the touching thread SIGBUS (never zeros, never a hang), raise
  * io_errors and leave the other evicted pages readable; a failed page stays
  * failed or reads its exact data, never anything else; sb_buf_map reads
- * it again (the error gone, its data whole), so do sb_buf_prefetch,
- * sb_buf_share from it and sb_buf_save, sb_buf_unmap clears it; a file buffer's failed page is read
- * from the file again the same ways;
+ * it again (the error gone, its data whole), so do sb_buf_prefetch
+ * (WAIT), sb_buf_share from it and sb_buf_save, sb_buf_unmap clears it; a
+ * file buffer's failed page is read from the file again the same ways, and
+ * a page failing read after read is logged once a second at most;
  * sb_buf_map of a page whose read fails reports the error (or leaves a
  * page that raises SIGBUS). Each case runs in a child process, once
  * per pager (io_uring and SPARSEBUF_PAGER=sync), under a timeout. */
@@ -196,17 +197,19 @@ static int io_fail_child(void)
 			EXPECT_PAGE(x, 3, 70, PAGE_SIGBUS);
 			CHECK_EQ(sb_buf_map(b, 3 * PAGE, PAGE), 1);
 			EXPECT_PAGE(x, 3, 70, PAGE_OK);
-			/* sb_buf_prefetch reads it again too, with WAIT
-			 * and without. */
+			/* sb_buf_prefetch with WAIT reads it again too;
+			 * advice (no WAIT) reads nothing, the page stays
+			 * failed. */
 			page3_fails(b);
-			CHECK(sb_buf_prefetch(b, &page3, 1, SB_PREFETCH_WAIT) >=
-			      0);
-			CHECK_EQ(sb_buf_placed(b, 3 * PAGE, PAGE), 1);
-			EXPECT_PAGE(x, 3, 70, PAGE_OK);
-			page3_fails(b);
+			s0 = stats(p);
 			CHECK(sb_buf_prefetch(b, &page3, 1, 0) >= 0);
 			CHECK(sb_buf_prefetch(b, NULL, 0, SB_PREFETCH_WAIT) >=
 			      0);
+			CHECK_EQ(stats(p).pages_in, s0.pages_in);
+			EXPECT_PAGE(x, 3, 70, PAGE_SIGBUS);
+			CHECK(sb_buf_prefetch(b, &page3, 1, SB_PREFETCH_WAIT) >=
+			      0);
+			CHECK_EQ(sb_buf_placed(b, 3 * PAGE, PAGE), 1);
 			EXPECT_PAGE(x, 3, 70, PAGE_OK);
 			/* And so does a share from it. */
 			page3_fails(b);
@@ -447,7 +450,7 @@ static int corrupt_child(void)
 	return 0;
 }
 
-/* ---- a file's page ---------------------------------------------------------- */
+/* ---- a file's page ------------------------------------------------------ */
 
 /* Bytes [off, off+len) of x, against the file disk_make_file(seed) made:
  * PAGE_OK, PAGE_WRONG, or SIGBUS (inside the range or not). */
@@ -492,8 +495,50 @@ static void file_page_fails(struct sb_buf *b, size_t ps)
 }
 
 /*
+ * A page that fails every read, asked for again and again: each try is a
+ * read (io_errors) and -EIO, and the log says so once a second at most
+ * (the first line, then the count so far), never a line a try.
+ */
+static void file_page_flood(struct sb_buf *b, size_t ps)
+{
+	struct sb_pool *p = sb_buf_pool(b);
+	const char *log = disk_path("log");
+	int fd = open(log, O_CREAT | O_TRUNC | O_RDWR, 0600), saved = dup(2);
+	uint64_t e0 = stats(p).io_errors;
+	double t0 = now_s(), secs;
+	char text[16384];
+	ssize_t len;
+	int lines = 0;
+
+	CHECK(fd >= 0 && saved >= 0);
+	file_page_fails(b, ps);
+	CHECK(dup2(fd, 2) == 2);
+	sbi_test_io_fail(EIO, 1000);
+	for (int k = 0; k < 50; k++)
+		CHECK_EQ(sb_buf_map(b, 2 * ps, ps), -EIO);
+	sbi_test_io_fail(0, 0);
+	secs = now_s() - t0;
+	CHECK(dup2(saved, 2) == 2);
+	close(saved);
+	len = pread(fd, text, sizeof(text) - 1, 0);
+	close(fd);
+	unlink(log);
+	CHECK(len >= 0);
+	text[len] = 0;
+	for (const char *q = text; (q = strstr(q, "page-in of page")); q++)
+		lines++;
+	printf("file page: 50 failed reads in %.3f s, %d log lines, %llu "
+	       "io_errors\n",
+	       secs, lines, (unsigned long long)(stats(p).io_errors - e0));
+	CHECK(stats(p).io_errors >= e0 + 51);
+	CHECK(lines <= 2 + (int)secs);
+	CHECK(sb_buf_map(b, 2 * ps, ps) >= 0);
+	EXPECT_FILE_PAGE((const char *)sb_buf_addr(b), 2, ps, PAGE_OK);
+}
+
+/*
  * A file buffer's page whose read failed is read from the file once more
- * by sb_buf_map, sb_buf_prefetch (with or without WAIT) and sb_buf_save:
+ * by sb_buf_map, sb_buf_prefetch (with WAIT) and sb_buf_save:
  * the error gone (a transient one), its bytes, whole. Pages of 128 KiB,
  * placed the common way (home mappings take 64 KiB or less: test_home
  * has those). Without UFFDIO_POISON (before Linux 6.6) the page stays
@@ -530,16 +575,17 @@ static int file_fail_child(void)
 	CHECK_EQ(sb_buf_placed(b, 2 * ps, ps), 1);
 	EXPECT_FILE_PAGE(x, 2, ps, PAGE_OK);
 
+	/* Advice reads nothing; WAIT reads it. */
 	file_page_fails(b, ps);
+	CHECK(sb_buf_prefetch(b, &(struct sb_range){2 * ps, ps}, 1, 0) >= 0);
+	CHECK(sb_buf_prefetch(b, NULL, 0, SB_PREFETCH_WAIT) >= 0);
+	EXPECT_FILE_PAGE(x, 2, ps, PAGE_SIGBUS);
 	CHECK(sb_buf_prefetch(b, &(struct sb_range){2 * ps, ps}, 1,
 			      SB_PREFETCH_WAIT) >= 0);
 	CHECK_EQ(sb_buf_placed(b, 2 * ps, ps), 1);
 	EXPECT_FILE_PAGE(x, 2, ps, PAGE_OK);
 
-	file_page_fails(b, ps);
-	CHECK(sb_buf_prefetch(b, &(struct sb_range){2 * ps, ps}, 1, 0) >= 0);
-	CHECK(sb_buf_prefetch(b, NULL, 0, SB_PREFETCH_WAIT) >= 0);
-	EXPECT_FILE_PAGE(x, 2, ps, PAGE_OK);
+	file_page_flood(b, ps);
 
 	/* A save reads it from the file; the page stays failed here. */
 	file_page_fails(b, ps);
@@ -559,7 +605,7 @@ static int file_fail_child(void)
 	CHECK(sb_buf_map(b, 0, n * ps) >= 0);
 	for (size_t i = 0; i < n; i++)
 		EXPECT_FILE_PAGE(x, i, ps, PAGE_OK);
-	printf("file page: read again after a failure by map, prefetch and "
+	printf("file page: read again after a failure by map, prefetch, "
 	       "save\n");
 out:
 	VERIFY(p);

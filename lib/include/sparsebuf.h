@@ -255,8 +255,9 @@ struct sb_range {
  * full queue drops the rest: prefetch is advice). With SB_PREFETCH_WAIT
  * the pages are placed before it returns, and so is everything queued
  * earlier for this buffer (n = 0 just waits for those). A later
- * sb_buf_unmap of a range cancels what is still queued for it. A page
- * whose earlier read failed is read once more, as by sb_buf_map. Errors:
+ * sb_buf_unmap of a range cancels what is still queued for it. With WAIT,
+ * a page whose earlier read failed is read once more, as by sb_buf_map.
+ * Errors:
  * -EINVAL, -ERANGE (as sb_buf_map, for any range), -ECHILD, and with WAIT
  * those of sb_buf_map (-ENOMEM, -EIO). */
 long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
