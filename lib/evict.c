@@ -348,12 +348,22 @@ failed:
 		else
 			sbi_count(&pool->n_io_errors, 1);
 		/* (The first, then one line a second at most: a full or
-		 * failing disk under steady eviction says so once.) */
-		if (!(r == -ENOSPC && first && *reclaimed) &&
-		    sbi_log_gate(&pool->ioerr_log_ms))
-			sbi_warn("eviction of %zu pages of buffer %u: %s; "
-				 "kept in memory",
-				 n, buf->id, strerror(-r));
+		 * failing disk under steady eviction says so, and how
+		 * often, without a line a try.) */
+		if (!(r == -ENOSPC && first && *reclaimed)) {
+			uint64_t k = atomic_fetch_add_explicit(
+					     &pool->n_evict_failures, 1,
+					     memory_order_relaxed) +
+				     1;
+
+			if (sbi_log_gate(SBI_LOG_WARN, &pool->evict_log_ms))
+				sbi_warn("eviction of %zu pages of buffer %u: "
+					 "%s; kept in memory (%llu failed "
+					 "eviction%s in this pool so far)",
+					 n, buf->id, strerror(-r),
+					 (unsigned long long)k,
+					 k == 1 ? "" : "s");
+		}
 		return r;
 	}
 	release(buf, idx, n, slots);

@@ -91,10 +91,11 @@ void sbi_log(int level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* CLOCK_MONOTONIC in milliseconds. */
 uint64_t sbi_mono_ms(void);
-/* Whether a line that could repeat without end (an I/O error a read, a
- * SIGBUS a touch) may be said now: the first through *last_ms (0 until
- * then), then one a second at most; the caller says how many so far. */
-bool sbi_log_gate(_Atomic uint64_t *last_ms);
+/* Whether a line at `level` that could repeat without end (an I/O error a
+ * read, a SIGBUS a touch) may be said now: the first through *last_ms (0
+ * until then), then one a second at most; the caller says how many so
+ * far. A level not logged takes nothing from the gate. */
+bool sbi_log_gate(int level, _Atomic uint64_t *last_ms);
 #define sbi_err(...) sbi_log(SBI_LOG_ERROR, __VA_ARGS__)
 #define sbi_warn(...) sbi_log(SBI_LOG_WARN, __VA_ARGS__)
 #define sbi_info(...) sbi_log(SBI_LOG_INFO, __VA_ARGS__)
@@ -575,7 +576,9 @@ struct sb_pool {
 	_Atomic uint64_t n_faults, n_maps, n_unmaps, n_cow, n_fault_places, n_touched,
 		n_sigbus, n_sync_prepares, n_map_faults;
 	_Atomic uint64_t sigbus_log_ms;	/* last budget SIGBUS logged */
-	_Atomic uint64_t ioerr_log_ms;	/* last I/O error logged */
+	_Atomic uint64_t ioerr_log_ms;	/* last page-in error logged */
+	_Atomic uint64_t evict_log_ms;	/* last failed eviction logged */
+	_Atomic uint64_t n_evict_failures; /* write-outs that failed */
 
 	/* The disk tier, set up at first use (disk.c). */
 	pthread_mutex_t disk_lock;	/* creation of disk only */

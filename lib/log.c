@@ -45,14 +45,17 @@ uint64_t sbi_mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-bool sbi_log_gate(_Atomic uint64_t *last_ms)
+bool sbi_log_gate(int level, _Atomic uint64_t *last_ms)
 {
-	uint64_t now = sbi_mono_ms(), last;
+	uint64_t now, last;
 
+	if (level > sbi_log_level)
+		return false;
+	now = sbi_mono_ms();
 	last = atomic_load_explicit(last_ms, memory_order_relaxed);
 	if (last && now - last < 1000)
 		return false;
-	/* One thread of those that race here says it. (now is never 0: a
-	 * machine up less than a millisecond runs no program.) */
+	/* One thread of those that race here says it. (0 means never
+	 * said: a clock still at 0 counts as 1.) */
 	return atomic_compare_exchange_strong(last_ms, &last, now ? now : 1);
 }

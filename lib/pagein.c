@@ -318,7 +318,7 @@ static void log_failure(struct sb_buf *buf, size_t idx, int r)
 	uint64_t n = atomic_fetch_add_explicit(&pool->n_io_errors, 1,
 					       memory_order_relaxed) + 1;
 
-	if (!sbi_log_gate(&pool->ioerr_log_ms))
+	if (!sbi_log_gate(SBI_LOG_ERROR, &pool->ioerr_log_ms))
 		return;
 	sbi_err("page-in of page %zu of buffer %u: %s (%llu I/O error%s in "
 		"this pool so far)",

@@ -27,7 +27,7 @@ void sbi_sigbus_note(struct sb_buf *buf, size_t idx, int err,
 		return;	/* I/O errors are logged where they happen */
 	/* A program killed by SIGBUS should say why without SPARSEBUF_LOG:
 	 * the first one, then at most one line a second. */
-	if (!sbi_log_gate(&pool->sigbus_log_ms))
+	if (!sbi_log_gate(SBI_LOG_WARN, &pool->sigbus_log_ms))
 		return;
 	pthread_mutex_lock(&pool->lock);
 	at_budget = pool->used >= pool->max_pages;
