@@ -842,9 +842,6 @@ again:
 	if (disk_used(src)) {
 		atomic_fetch_add(&src->sharing, 1);
 		held_off = true;
-		/* A source page whose last read failed is read once more, as
-		 * sb_buf_map does. */
-		sbi_buf_reread_failed(src, &(struct sbi_span){s0, s0 + n}, 1);
 		r = sbi_pagein_range(src, s0, s0 + n, true);
 		if (r < 0) {
 			atomic_fetch_sub(&src->sharing, 1);

@@ -1091,7 +1091,7 @@ struct sb_buf {
 	_Atomic unsigned map_failures;
 	/* Pages whose read failed that can be read again (a spill copy kept
 	 * for that, or the buffer's file), for sb_buf_map,
-	 * sb_buf_prefetch(WAIT) and sb_buf_share (pagein.c, place.c): a
+	 * sb_buf_prefetch(WAIT) and sb_buf_share (pagein.c): a
 	 * hint, never less than there are (counted down when such an entry
 	 * is read again or released: sbi_failed_read_gone), so a map of a
 	 * buffer that has none looks for none. */
@@ -1143,12 +1143,6 @@ static inline struct sbi_span sbi_span_inside(const struct sb_pool *pool,
  * sb_buf_map after argument checks. Data on disk is read back (and waited
  * for when wait). Takes the layout and buffer locks. */
 long sbi_buf_place(struct sb_buf *buf, size_t first, size_t end, bool wait);
-/* Failed pages of the nsp spans that can be read again (a kept spill
- * copy, the buffer's file) made DISK again, for sb_buf_map,
- * sb_buf_prefetch(WAIT) and sb_buf_share to read (place.c). Takes the
- * layout and buffer locks, once, when the buffer ever had such a page. */
-void sbi_buf_reread_failed(struct sb_buf *buf, const struct sbi_span *sp,
-			   size_t nsp);
 /* Before taking buf->lock with no buffer lock held: give page-in
  * completions refused that lock a moment to finish (bounded). */
 void sbi_buf_let_io_in(struct sb_buf *buf);

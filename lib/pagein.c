@@ -426,8 +426,8 @@ static bool pagein_done(struct sbi_io *io)
 			 * the spill slot: the copy on disk may read back
 			 * whole next time (a transient error), and
 			 * sb_buf_map, sb_buf_prefetch(WAIT) and
-			 * sb_buf_share try again (place.c), as they do a
-			 * file's page. */
+			 * sb_buf_share try again (reread_failed), as they
+			 * do a file's page. */
 			*pte = SBI_PTE_POISON | SBI_PTE_IOERR |
 			       (io->src_pte & (SBI_PTE_KEEP | SBI_PTE_PID)) |
 			       SBI_PTE_SLOT(slot1);
@@ -676,6 +676,29 @@ static size_t count_inflight(struct sb_buf *buf, const struct sbi_span *sp,
 	return n;
 }
 
+/*
+ * Page i, if its last read failed (IOERR, poisoned) and it can be read
+ * again (a spill copy kept for that, or the buffer's file), is on disk
+ * again, to be read by the caller: a transient error (a flaky device, a
+ * read the kernel gave up on) must not lose the data, nor keep a file's
+ * page failed until it is released. The poison marker goes first
+ * (MADV_DONTNEED), so a touch meanwhile faults and waits for the read.
+ * Without UFFDIO_POISON the page was handed to the SIGBUS uffd instead,
+ * and stays poisoned. A home page (home.c) goes back to its empty state,
+ * in place, as unmap_home leaves it.
+ */
+static void reread_failed(struct sb_buf *buf, size_t i)
+{
+	SBI_HELD(&buf->lock);
+	uint64_t pte = buf->pte[i];
+
+	if (!(pte & SBI_PTE_IOERR) || !(sbi_pte_slot1(pte) || buf->src) ||
+	    sbi_vma_unpoison(buf, i) < 0)
+		return;
+	sbi_failed_read_gone(buf, pte);
+	buf->pte[i] = SBI_PTE_DISK | (pte & ~(SBI_PTE_POISON | SBI_PTE_IOERR));
+}
+
 long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 		      size_t nsp, bool wait)
 {
@@ -687,6 +710,13 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 	int r = 0;
 	bool ioerr, unread;
 	unsigned map_failures = atomic_load(&buf->map_failures);
+	/* Waited for (sb_buf_map, sb_buf_prefetch with WAIT, sb_buf_share:
+	 * the caller hears how it went), a failed page named is read once
+	 * more. Not for advice or the ready thread: a caller that prefetches
+	 * a bad page every step would read it every step. */
+	bool reread = wait && buf->pool->can_poison &&
+		      atomic_load_explicit(&buf->failed_reads,
+					   memory_order_relaxed);
 
 	/* Only a buffer with data on disk comes here, and the disk tier was
 	 * set up when that data went there. */
@@ -702,6 +732,8 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 	pthread_mutex_lock(&buf->lock);
 	for (size_t k = 0; k < nsp && r == 0; k++) {
 		for (size_t i = sp[k].first; i < sp[k].end; i++) {
+			if (reread)
+				reread_failed(buf, i);
 			if (!wants_read(buf->pte[i])) {
 				/* Asked for again: placed after all. */
 				if (buf->pte[i] & SBI_PTE_INFLIGHT)

@@ -43,44 +43,6 @@ static bool disk_used(struct sb_buf *buf)
 						memory_order_relaxed);
 }
 
-/*
- * Pages of the spans whose last read failed (IOERR, poisoned) and that
- * can be read again (a spill copy kept for that, pagein.c, or the
- * buffer's file) are on disk again, to be read by the caller: a transient
- * error (a flaky device, a read the kernel gave up on) must not lose the
- * data, nor keep a file's page failed until it is released. The poison
- * marker goes first (MADV_DONTNEED), so a touch meanwhile faults and
- * waits for the read. Without UFFDIO_POISON the page was handed to the
- * SIGBUS uffd instead, and stays poisoned. A home page (home.c) is so
- * back to its empty state, in place, as unmap_home leaves it.
- */
-void sbi_buf_reread_failed(struct sb_buf *buf, const struct sbi_span *sp,
-			   size_t nsp)
-{
-	struct sb_pool *pool = buf->pool;
-
-	if (!pool->can_poison || !atomic_load_explicit(&buf->failed_reads,
-						       memory_order_relaxed))
-		return;
-	pthread_rwlock_rdlock(&pool->layout);
-	pthread_mutex_lock(&buf->lock);
-	for (size_t k = 0; k < nsp; k++) {
-		for (size_t i = sp[k].first; i < sp[k].end; i++) {
-			uint64_t pte = buf->pte[i];
-
-			if (!(pte & SBI_PTE_IOERR) ||
-			    !(sbi_pte_slot1(pte) || buf->src) ||
-			    sbi_vma_unpoison(buf, i) < 0)
-				continue;
-			sbi_failed_read_gone(buf, pte);
-			buf->pte[i] = SBI_PTE_DISK |
-				      (pte & ~(SBI_PTE_POISON | SBI_PTE_IOERR));
-		}
-	}
-	pthread_mutex_unlock(&buf->lock);
-	pthread_rwlock_unlock(&pool->layout);
-}
-
 static size_t make_runs(const struct sb_pool *pool, const size_t *idx,
 			const sbi_pid *pids, size_t n, struct run *runs)
 {
@@ -146,9 +108,6 @@ static long place(struct sb_buf *buf, size_t first, size_t end, bool wait)
 	/* Data on disk comes back first (and a failed read is an error,
 	 * never a zero page). Page-ins take the locks themselves. */
 	if (disk_used(buf)) {
-		if (wait)	/* the owner's own sb_buf_map */
-			sbi_buf_reread_failed(
-				buf, &(struct sbi_span){first, end}, 1);
 		r = sbi_pagein_range(buf, first, end, wait);
 		if (r < 0)
 			return r;

@@ -203,12 +203,6 @@ SB_API long sb_buf_prefetch(struct sb_buf *buf, const struct sb_range *ranges,
 			if (ranges[i].len)
 				sp[nsp++] = sbi_span_touched(
 					pool, ranges[i].off, ranges[i].len);
-		/* With WAIT, a page named here whose last read failed is read
-		 * once more, as sb_buf_map does (the caller hears how it
-		 * went). Not for advice: a caller that prefetches a bad page
-		 * every step would read it every step. */
-		if (flags & SB_PREFETCH_WAIT)
-			sbi_buf_reread_failed(buf, sp, nsp);
 		r = sbi_pagein_spans(buf, sp, nsp,
 				     flags & SB_PREFETCH_WAIT);
 		free(sp);
