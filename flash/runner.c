@@ -191,6 +191,7 @@ struct flash {
 				 * neuron while held, saturating at 255 */
 	uint32_t *age_count;	/* (AGE_BUCKETS) scratch: release_lru */
 	struct sb_range *ranges;/* (hidden) */
+	size_t nranges;		/* the reading layer's, for flash_ready */
 	/* Split fetch: half is the bytes of an up row (= of a down column,
 	 * = the pool's page), 0 for whole bundles; down (layers, hidden) says
 	 * whether a held neuron's down column is held too. */
@@ -661,6 +662,7 @@ static int flash_fetch(void *ctx, int l, const int32_t *idx, int n)
 	}
 	f->new_neurons += nf;
 	f->new_bytes += nf * unit;
+	f->nranges = f->no_overlap ? 0 : nr;
 	if (!nr)
 		return 0;
 	/* One submission for the layer; attention runs while it reads. */
@@ -728,8 +730,13 @@ static int flash_ready(void *ctx, int l)
 
 	(void)l;
 	/* Wait for this layer's reads (and anything queued before) so the
-	 * kernel's threads touch placed pages, not in-flight ones. */
-	r = sb_buf_prefetch(f->buf, NULL, 0, SB_PREFETCH_WAIT);
+	 * kernel's threads touch placed pages, not in-flight ones. Its
+	 * ranges named again: a read the advice above could not start (no
+	 * page to be had at that moment) starts now, and a read that failed
+	 * is tried once more and, failing again, stops the run with EIO
+	 * where a touch would raise SIGBUS. Pages placed cost a look each. */
+	r = sb_buf_prefetch(f->buf, f->ranges, f->nranges, SB_PREFETCH_WAIT);
+	f->nranges = 0;
 	f->t_wait += now_s() - t0;
 	return r < 0 ? (int)r : 0;
 }
@@ -967,7 +974,10 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 		fl.tok = t;
 		err = sbf_step(&r, (int)token_at(o->seed, t, h.vocab), t);
 		if (err < 0) {
-			fprintf(stderr, "sbflash: step %d: %s\n", t,
+			fprintf(stderr, "sbflash: step %d: %s%s\n", t,
+				o->mode == SBF_FLASH && err == -EIO
+					? "reading FFN weights: "
+					: "",
 				strerror(-err));
 			goto out;
 		}
@@ -991,6 +1001,7 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 		res->bytes_read = st1.bytes_read - st0.bytes_read;
 		res->faults = st1.faults - st0.faults;
 		res->dropped = st1.pages_dropped - st0.pages_dropped;
+		res->io_errors = st1.io_errors - st0.io_errors;
 		res->new_neurons = fl.new_neurons;
 		res->new_bytes = fl.new_bytes;
 		res->split = fl.half != 0;

@@ -82,6 +82,7 @@ struct sbf_result {
 	uint64_t pool_peak;	/* flash: most bytes_resident seen */
 	uint64_t unmapped;	/* flash: pages released by the window */
 	uint64_t dropped;	/* flash: pages the pool dropped itself */
+	uint64_t io_errors;	/* flash: failed reads (read again) */
 	uint64_t prefetched;	/* flash: pages queued by prefetch */
 	uint64_t shrunk;	/* flash: window shrinks under pressure */
 	double t_release;	/* flash: seconds releasing leavers */

@@ -699,34 +699,28 @@ static void reread_failed(struct sb_buf *buf, size_t i)
 	buf->pte[i] = SBI_PTE_DISK | (pte & ~(SBI_PTE_POISON | SBI_PTE_IOERR));
 }
 
-long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
-		      size_t nsp, bool wait)
+/*
+ * Start the reads of the spans' pages that want one, in one submission (up
+ * to BATCH); reread: a failed page is read once more (reread_failed).
+ * *others: some page's read was in flight already, someone else's. The
+ * number of reads started; *err: 0, or -errno where a read could not be
+ * started (and none after it was).
+ */
+static long start_reads(struct sb_buf *buf, const struct sbi_span *sp,
+			size_t nsp, bool wait, bool reread, bool *others,
+			int *err)
 {
 	struct sb_pool *pool = buf->pool;
-	struct sbi_disk *d;
+	struct sbi_disk *d = pool->disk;
 	struct sbi_io *ios[BATCH];
 	size_t n = 0;
 	long queued = 0;
 	int r = 0;
-	bool ioerr, unread;
-	unsigned map_failures = atomic_load(&buf->map_failures);
-	/* Waited for (sb_buf_map, sb_buf_prefetch with WAIT, sb_buf_share:
-	 * the caller hears how it went), a failed page named is read once
-	 * more. Not for advice or the ready thread: a caller that prefetches
-	 * a bad page every step would read it every step. */
-	bool reread = wait && buf->pool->can_poison &&
-		      atomic_load_explicit(&buf->failed_reads,
-					   memory_order_relaxed);
 
-	/* Only a buffer with data on disk comes here, and the disk tier was
-	 * set up when that data went there. */
-	d = sbi_disk_peek(pool);
-	if (!d)
-		return 0;
-	/* Every range's reads in one submission (up to BATCH). The layout
-	 * lock too, as for every change of a buffer's mappings: making room
-	 * may evict pages and map a shared one as a private one, and a
-	 * mapping made while fork() marks the ranges would be inherited. */
+	/* The layout lock too, as for every change of a buffer's mappings:
+	 * making room may evict pages and map a shared one as a private
+	 * one, and a mapping made while fork() marks the ranges would be
+	 * inherited. */
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_rwlock_rdlock(&pool->reg_lock);
 	pthread_mutex_lock(&buf->lock);
@@ -736,8 +730,10 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 				reread_failed(buf, i);
 			if (!wants_read(buf->pte[i])) {
 				/* Asked for again: placed after all. */
-				if (buf->pte[i] & SBI_PTE_INFLIGHT)
+				if (buf->pte[i] & SBI_PTE_INFLIGHT) {
 					sbi_home_uncancel(buf, i);
+					*others = true;
+				}
 				continue;
 			}
 			r = sbi_pagein_start(buf, i, &ios[n], true, false,
@@ -756,17 +752,56 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->reg_lock);
 	pthread_rwlock_unlock(&pool->layout);
+	*err = r;
+	return queued;
+}
+
+long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
+		      size_t nsp, bool wait)
+{
+	struct sb_pool *pool = buf->pool;
+	struct sbi_disk *d;
+	long queued;
+	int r;
+	bool ioerr = false, unread = false, others = false;
+	unsigned map_failures = atomic_load(&buf->map_failures);
+	/* Waited for (sb_buf_map, sb_buf_prefetch with WAIT, sb_buf_share:
+	 * the caller hears how it went), a failed page named is read once
+	 * more. Not for advice or the ready thread: a caller that prefetches
+	 * a bad page every step would read it every step. */
+	bool reread = wait && buf->pool->can_poison &&
+		      atomic_load_explicit(&buf->failed_reads,
+					   memory_order_relaxed);
+
+	/* Only a buffer with data on disk comes here, and the disk tier was
+	 * set up when that data went there. */
+	d = sbi_disk_peek(pool);
+	if (!d)
+		return 0;
+	queued = start_reads(buf, sp, nsp, wait, reread, &others, &r);
 	if (r < 0 && !queued)
 		return r;
 	if (!wait)
 		return queued;
-	for (;;) {
-		uint64_t gen = sbi_disk_gen(d);
-		size_t left = count_inflight(buf, sp, nsp, &ioerr, &unread);
+	for (int pass = 0;; pass++) {
+		for (;;) {
+			uint64_t gen = sbi_disk_gen(d);
+			size_t left = count_inflight(buf, sp, nsp, &ioerr,
+						     &unread);
 
-		if (!left)
+			if (!left)
+				break;
+			sbi_disk_wait_until(d, gen + left, 100);
+		}
+		/* A read that was someone else's (a prefetch without WAIT,
+		 * read-ahead) failed meanwhile: it was not tried again for
+		 * this caller. Once more, as for a page that had failed
+		 * before (a flaky device must not fail the first waiter
+		 * that names a page another read just failed on). */
+		if (!ioerr || pass || !others || !pool->can_poison)
 			break;
-		sbi_disk_wait_until(d, gen + left, 100);
+		others = false;
+		queued += start_reads(buf, sp, nsp, wait, true, &others, &r);
 	}
 	if (ioerr)
 		return -EIO;

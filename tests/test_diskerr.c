@@ -537,6 +537,36 @@ static void file_page_flood(struct sb_buf *b, size_t ps)
 }
 
 /*
+ * A waited call that names a page whose read someone else started (a
+ * prefetch without WAIT) and that fails while it waits: the page is read
+ * once more for it, as a page that had failed before (before: -EIO when
+ * the read was still in flight as the call looked, most tries).
+ */
+static void failed_in_flight(struct sb_buf *b, size_t ps)
+{
+	const struct sb_range r = {2 * ps, ps};
+	struct sb_pool *p = sb_buf_pool(b);
+	uint64_t e0 = stats(p).io_errors;
+
+	for (int k = 0; k < 50; k++) {
+		CHECK(sb_buf_prefetch(b, NULL, 0, SB_PREFETCH_WAIT) >= 0);
+		CHECK(sb_buf_unmap(b, 2 * ps, ps) >= 0);
+		sbi_test_io_fail(EIO, 1);
+		CHECK(sb_buf_prefetch(b, &r, 1, 0) >= 0);
+		if (k % 2)
+			CHECK(sb_buf_map(b, 2 * ps, ps) >= 0);
+		else
+			CHECK(sb_buf_prefetch(b, &r, 1, SB_PREFETCH_WAIT) >= 0);
+		CHECK_EQ(sb_buf_placed(b, 2 * ps, ps), 1);
+	}
+	sbi_test_io_fail(0, 0);
+	CHECK_EQ(stats(p).io_errors, e0 + 50);
+	EXPECT_FILE_PAGE((const char *)sb_buf_addr(b), 2, ps, PAGE_OK);
+	printf("file page: 50 reads failed while a waited call waited: read "
+	       "again each time\n");
+}
+
+/*
  * A file buffer's page whose read failed is read from the file once more
  * by sb_buf_map, sb_buf_prefetch (with WAIT) and sb_buf_save:
  * the error gone (a transient one), its bytes, whole. Pages of 128 KiB,
@@ -586,6 +616,7 @@ static int file_fail_child(void)
 	EXPECT_FILE_PAGE(x, 2, ps, PAGE_OK);
 
 	file_page_flood(b, ps);
+	failed_in_flight(b, ps);
 
 	/* A save reads it from the file; the page stays failed here. */
 	file_page_fails(b, ps);

@@ -22,6 +22,8 @@
 #include "../flash/runner.h"
 #include "sbkernels.h"
 
+void sbi_test_io_fail(int err, unsigned count);
+
 #define STEPS 12
 
 static char dir[256];
@@ -254,6 +256,48 @@ static void fewest_mappings(const char *path)
 	unlink(path);
 }
 
+/*
+ * A read of the FFN weights that fails (injected: the first page-in the
+ * run starts) is read again when the layer's pages are waited for
+ * (flash_ready names its ranges), and the run goes on with the same bits;
+ * every read failing, the run stops with -EIO, where touching the failed
+ * page would raise SIGBUS (before: the process died of it). Without
+ * UFFDIO_POISON a failed page stays failed: -EIO at the first.
+ */
+static void read_errors(const char *path, uint64_t budget, const float *ref,
+			float *got, size_t nl)
+{
+	struct sb_features ft;
+	struct sbf_result r;
+	int err;
+
+	CHECK(sb_features_get(&ft) == 0);
+	sbi_test_io_fail(EIO, 1);
+	memset(got, 0, nl * sizeof(float));
+	err = try_run(path, SBF_FLASH, budget, SBF_RELEASE_AUTO, got, &r);
+	sbi_test_io_fail(0, 0);
+	if (!ft.poison) {
+		CHECK_EQ(err, -EIO);
+		printf("a failed read: -EIO (no UFFDIO_POISON: not read "
+		       "again)\n");
+		return;
+	}
+	if (err < 0)
+		FAIL("one failed read: %s", strerror(-err));
+	CHECK_EQ(r.io_errors, 1);
+	if (memcmp(ref, got, nl * sizeof(float)))
+		FAIL("one failed read: logits differ from resident");
+	/* (The failed read counts no bytes; the second counts its page.) */
+	CHECK_EQ(r.bytes_read, r.new_bytes);
+
+	sbi_test_io_fail(EIO, 1u << 30);
+	err = try_run(path, SBF_FLASH, budget, SBF_RELEASE_AUTO, got, &r);
+	sbi_test_io_fail(0, 0);
+	CHECK_EQ(err, -EIO);
+	printf("a failed read: read again, same logits; every read failing: "
+	       "%s\n", strerror(-err));
+}
+
 static int child(const char *name)
 {
 	(void)name;
@@ -383,6 +427,7 @@ static int main_test(void)
 		FAIL("mmap_sparse logits differ from resident");
 	run(a, SBF_MMAP_DENSE, 0, SBF_RELEASE_AUTO, got);
 	printf("logits: resident == flash == mmap_sparse (bit for bit)\n");
+	read_errors(a, budget, ref, got, nl);
 	unlink(a);
 
 	/* The split fetch: up rows before attention, the down columns of the
