@@ -104,6 +104,21 @@ lib: $(LIB_A) $(LIB_SO)
 tests: $(TEST_BIN)
 bench-bin: $(BENCH_BIN)
 
+# lib/trace.h compiles the USDT probes in only where <sys/sdt.h> is (an
+# optional package): objects built before it was installed would keep
+# none, and perf would find no probe. A stamp named after its presence,
+# made when the Makefile is read if it is not there (every target is
+# .SECONDARY, so a missing one would not count), rebuilds them when that
+# changes.
+HAVE_SDT := $(shell echo '\#include <sys/sdt.h>' | \
+	$(CC) -E -x c - >/dev/null 2>&1 && echo yes || echo no)
+SDT_STAMP := $(BUILD)/.sdt-$(HAVE_SDT)
+ifneq ($(filter-out deps-% clean format,$(or $(MAKECMDGOALS),all)),)
+$(shell [ -f $(SDT_STAMP) ] || { mkdir -p $(BUILD) && \
+	rm -f $(BUILD)/.sdt-* && touch $(SDT_STAMP); })
+endif
+$(LIB_OBJ): $(SDT_STAMP)
+
 $(BUILD)/obj/%.o: %.c $(wildcard lib/*.h lib/include/*.h tests/*.h)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
