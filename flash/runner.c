@@ -627,6 +627,18 @@ static int trace_layer(struct flash *f, int kind, int l, const int32_t *idx,
 	return ok ? 0 : -f->trace_errno;
 }
 
+/* Read the ranges and wait. A read that fails is this call's try: named
+ * again, it is read once more (the library reads a failed page again for a
+ * waited call); a second failure is the run's -EIO. */
+static long read_wait(struct flash *f, size_t nr)
+{
+	long q = sb_buf_prefetch(f->buf, f->ranges, nr, SB_PREFETCH_WAIT);
+
+	if (q == -EIO)
+		q = sb_buf_prefetch(f->buf, f->ranges, nr, SB_PREFETCH_WAIT);
+	return q;
+}
+
 static int flash_fetch(void *ctx, int l, const int32_t *idx, int n)
 {
 	struct flash *f = ctx;
@@ -666,8 +678,8 @@ static int flash_fetch(void *ctx, int l, const int32_t *idx, int n)
 	if (!nr)
 		return 0;
 	/* One submission for the layer; attention runs while it reads. */
-	q = sb_buf_prefetch(f->buf, f->ranges, nr,
-			    f->no_overlap ? SB_PREFETCH_WAIT : 0);
+	q = f->no_overlap ? read_wait(f, nr)
+			  : sb_buf_prefetch(f->buf, f->ranges, nr, 0);
 	f->t_prefetch += now_s() - t1;
 	if (q < 0)
 		return (int)q;
@@ -714,7 +726,7 @@ static int flash_fired(void *ctx, int l, const int32_t *idx, const float *act,
 			       f->half);
 	f->new_bytes += nd * f->half;
 	t0 = now_s();
-	q = sb_buf_prefetch(f->buf, f->ranges, nr, SB_PREFETCH_WAIT);
+	q = read_wait(f, nr);
 	f->t_wait += now_s() - t0;
 	if (q < 0)
 		return (int)q;
@@ -732,9 +744,11 @@ static int flash_ready(void *ctx, int l)
 	/* Wait for this layer's reads (and anything queued before) so the
 	 * kernel's threads touch placed pages, not in-flight ones. Its
 	 * ranges named again: a read the advice above could not start (no
-	 * page to be had at that moment) starts now, and a read that failed
-	 * is tried once more and, failing again, stops the run with EIO
-	 * where a touch would raise SIGBUS. Pages placed cost a look each. */
+	 * page to be had at that moment) starts now, and a read of the
+	 * advice's that failed is tried once more by the library (for a
+	 * waited call, someone else's failed read is); failing again, the
+	 * run stops with EIO where a touch would raise SIGBUS. Pages placed
+	 * cost a look each. */
 	r = sb_buf_prefetch(f->buf, f->ranges, f->nranges, SB_PREFETCH_WAIT);
 	f->nranges = 0;
 	f->t_wait += now_s() - t0;
@@ -975,10 +989,15 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 		err = sbf_step(&r, (int)token_at(o->seed, t, h.vocab), t);
 		if (err < 0) {
 			fprintf(stderr, "sbflash: step %d: %s%s\n", t,
-				o->mode == SBF_FLASH && err == -EIO
+				o->mode == SBF_FLASH && err == -EIO &&
+						!fl.trace_errno
 					? "reading FFN weights: "
 					: "",
 				strerror(-err));
+			if (fl.pool) {
+				sb_pool_stats(fl.pool, &st1);
+				res->io_errors = st1.io_errors - st0.io_errors;
+			}
 			goto out;
 		}
 		if (o->on_logits)

@@ -699,23 +699,80 @@ static void reread_failed(struct sb_buf *buf, size_t i)
 	buf->pte[i] = SBI_PTE_DISK | (pte & ~(SBI_PTE_POISON | SBI_PTE_IOERR));
 }
 
-/*
- * Start the reads of the spans' pages that want one, in one submission (up
- * to BATCH); reread: a failed page is read once more (reread_failed).
- * *others: some page's read was in flight already, someone else's. The
- * number of reads started; *err: 0, or -errno where a read could not be
- * started (and none after it was).
- */
-static long start_reads(struct sb_buf *buf, const struct sbi_span *sp,
-			size_t nsp, bool wait, bool reread, bool *others,
-			int *err)
+/* Pages whose reads were someone else's, in flight as a waited call
+ * looked (start_reads): the call reads them again if they fail. */
+struct others {
+	size_t *idx;
+	size_t n, cap;
+};
+
+static void note_other(struct others *o, size_t i)
+{
+	if (o->n == o->cap) {
+		size_t cap = o->cap ? 2 * o->cap : 16;
+		size_t *p = realloc(o->idx, cap * sizeof(*p));
+
+		if (!p)
+			return;	/* (not tried again, then) */
+		o->idx = p;
+		o->cap = cap;
+	}
+	o->idx[o->n++] = i;
+}
+
+/* Whether page i is in one of the spans before sp[k] (named twice). */
+static bool named_before(const struct sbi_span *sp, size_t k, size_t i)
+{
+	while (k--)
+		if (i >= sp[k].first && i < sp[k].end)
+			return true;
+	return false;
+}
+
+/* Start the read of page i if it wants one: 1 if started, 0 if not, or
+ * -errno. buf->lock held. */
+static int start_one(struct sb_buf *buf, size_t i, bool wait, bool first,
+		     struct sbi_io **ios, size_t *n)
 {
 	struct sb_pool *pool = buf->pool;
-	struct sbi_disk *d = pool->disk;
+	int r;
+
+	SBI_HELD(&buf->lock);
+	if (!wants_read(buf->pte[i]))
+		return 0;
+	r = sbi_pagein_start(buf, i, &ios[*n], true, false, !wait, first);
+	if (r < 0)
+		return r;
+	if (++*n == BATCH || *n << pool->page_shift >= SUBMIT_BYTES) {
+		sbi_io_submit(pool->disk->io, ios, *n);
+		*n = 0;
+	}
+	return 1;
+}
+
+/*
+ * Start the reads of the spans' pages that want one, in one submission (up
+ * to BATCH). may_reread (a waited call, with UFFDIO_POISON): a failed page
+ * is read once more (reread_failed); others (if not NULL): a page whose
+ * read is in flight, someone else's, is noted there. The number of reads
+ * started; *err: 0, or -errno where a read could not be started (and none
+ * after it was).
+ */
+static long start_reads(struct sb_buf *buf, const struct sbi_span *sp,
+			size_t nsp, bool wait, bool may_reread,
+			struct others *others, int *err)
+{
+	struct sb_pool *pool = buf->pool;
 	struct sbi_io *ios[BATCH];
 	size_t n = 0;
 	long queued = 0;
+	bool reread, overlap = false;
 	int r = 0;
+
+	/* Spans in order without overlap (the usual case): a page in flight
+	 * as this call looks was not started by it. */
+	for (size_t k = 1; k < nsp && !overlap; k++)
+		overlap = sp[k].first < sp[k - 1].end;
 
 	/* The layout lock too, as for every change of a buffer's mappings:
 	 * making room may evict pages and map a shared one as a private
@@ -724,85 +781,99 @@ static long start_reads(struct sb_buf *buf, const struct sbi_span *sp,
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_rwlock_rdlock(&pool->reg_lock);
 	pthread_mutex_lock(&buf->lock);
-	for (size_t k = 0; k < nsp && r == 0; k++) {
+	/* Under the lock that a failed read's completion counts under: a
+	 * read that failed before this point is seen here, failed. */
+	reread = may_reread &&
+		 atomic_load_explicit(&buf->failed_reads, memory_order_relaxed);
+	for (size_t k = 0; k < nsp && r >= 0; k++) {
 		for (size_t i = sp[k].first; i < sp[k].end; i++) {
 			if (reread)
 				reread_failed(buf, i);
-			if (!wants_read(buf->pte[i])) {
+			if (buf->pte[i] & SBI_PTE_INFLIGHT) {
 				/* Asked for again: placed after all. */
-				if (buf->pte[i] & SBI_PTE_INFLIGHT) {
-					sbi_home_uncancel(buf, i);
-					*others = true;
-				}
+				sbi_home_uncancel(buf, i);
+				if (others &&
+				    !(overlap && named_before(sp, k, i)))
+					note_other(others, i);
 				continue;
 			}
-			r = sbi_pagein_start(buf, i, &ios[n], true, false,
-					     !wait, i == sp[k].first);
+			r = start_one(buf, i, wait, i == sp[k].first, ios, &n);
 			if (r < 0)
 				break;
-			queued++;
-			if (++n == BATCH ||
-			    n << pool->page_shift >= SUBMIT_BYTES) {
-				sbi_io_submit(d->io, ios, n);
-				n = 0;
-			}
+			queued += r;
 		}
 	}
-	sbi_io_submit(d->io, ios, n);
+	sbi_io_submit(pool->disk->io, ios, n);
 	pthread_mutex_unlock(&buf->lock);
 	pthread_rwlock_unlock(&pool->reg_lock);
 	pthread_rwlock_unlock(&pool->layout);
-	*err = r;
+	*err = r < 0 ? r : 0;
 	return queued;
+}
+
+static void wait_spans(struct sb_buf *buf, const struct sbi_span *sp,
+		       size_t nsp, bool *ioerr, bool *unread)
+{
+	struct sbi_disk *d = buf->pool->disk;
+
+	for (;;) {
+		uint64_t gen = sbi_disk_gen(d);
+		size_t left = count_inflight(buf, sp, nsp, ioerr, unread);
+
+		if (!left)
+			break;
+		sbi_disk_wait_until(d, gen + left, 100);
+	}
 }
 
 long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 		      size_t nsp, bool wait)
 {
 	struct sb_pool *pool = buf->pool;
-	struct sbi_disk *d;
+	struct others others = {0};
 	long queued;
-	int r;
-	bool ioerr = false, unread = false, others = false;
+	int r, r2;
+	bool ioerr, unread;
 	unsigned map_failures = atomic_load(&buf->map_failures);
 	/* Waited for (sb_buf_map, sb_buf_prefetch with WAIT, sb_buf_share:
 	 * the caller hears how it went), a failed page named is read once
 	 * more. Not for advice or the ready thread: a caller that prefetches
 	 * a bad page every step would read it every step. */
-	bool reread = wait && buf->pool->can_poison &&
-		      atomic_load_explicit(&buf->failed_reads,
-					   memory_order_relaxed);
+	bool may_reread = wait && pool->can_poison;
 
 	/* Only a buffer with data on disk comes here, and the disk tier was
 	 * set up when that data went there. */
-	d = sbi_disk_peek(pool);
-	if (!d)
+	if (!sbi_disk_peek(pool))
 		return 0;
-	queued = start_reads(buf, sp, nsp, wait, reread, &others, &r);
-	if (r < 0 && !queued)
-		return r;
-	if (!wait)
-		return queued;
-	for (int pass = 0;; pass++) {
-		for (;;) {
-			uint64_t gen = sbi_disk_gen(d);
-			size_t left = count_inflight(buf, sp, nsp, &ioerr,
-						     &unread);
-
-			if (!left)
-				break;
-			sbi_disk_wait_until(d, gen + left, 100);
-		}
-		/* A read that was someone else's (a prefetch without WAIT,
-		 * read-ahead) failed meanwhile: it was not tried again for
-		 * this caller. Once more, as for a page that had failed
-		 * before (a flaky device must not fail the first waiter
-		 * that names a page another read just failed on). */
-		if (!ioerr || pass || !others || !pool->can_poison)
-			break;
-		others = false;
-		queued += start_reads(buf, sp, nsp, wait, true, &others, &r);
+	queued = start_reads(buf, sp, nsp, wait, may_reread,
+			     may_reread ? &others : NULL, &r);
+	if ((r < 0 && !queued) || !wait) {
+		free(others.idx);
+		return r < 0 && !queued ? r : queued;
 	}
+	wait_spans(buf, sp, nsp, &ioerr, &unread);
+	/* A read that was someone else's (a prefetch without WAIT,
+	 * read-ahead) failed while this call waited: not yet tried again
+	 * for it. Once more, as for a page that had failed before: a flaky
+	 * device must not fail the first waiter that names a page another
+	 * read just failed on. (This call's own failed reads are not: they
+	 * were its try.) */
+	if (ioerr && others.n) {
+		struct sbi_span *sp2 = malloc(others.n * sizeof(*sp2));
+
+		for (size_t k = 0; sp2 && k < others.n; k++)
+			sp2[k] = (struct sbi_span){others.idx[k],
+						   others.idx[k] + 1};
+		if (sp2) {
+			queued += start_reads(buf, sp2, others.n, true, true,
+					      NULL, &r2);
+			if (r2 < 0 && r == 0)
+				r = r2;
+			wait_spans(buf, sp, nsp, &ioerr, &unread);
+		}
+		free(sp2);
+	}
+	free(others.idx);
 	if (ioerr)
 		return -EIO;
 	/* A page read but not mapped (the mapping limit) is not placed:

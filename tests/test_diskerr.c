@@ -553,6 +553,9 @@ static void failed_in_flight(struct sb_buf *b, size_t ps)
 		CHECK(sb_buf_unmap(b, 2 * ps, ps) >= 0);
 		sbi_test_io_fail(EIO, 1);
 		CHECK(sb_buf_prefetch(b, &r, 1, 0) >= 0);
+		/* 0-50 us later: the read in flight, or failed already. */
+		for (volatile int spin = 0; spin < k * 400; spin++)
+			;
 		if (k % 2)
 			CHECK(sb_buf_map(b, 2 * ps, ps) >= 0);
 		else
@@ -562,6 +565,19 @@ static void failed_in_flight(struct sb_buf *b, size_t ps)
 	sbi_test_io_fail(0, 0);
 	CHECK_EQ(stats(p).io_errors, e0 + 50);
 	EXPECT_FILE_PAGE((const char *)sb_buf_addr(b), 2, ps, PAGE_OK);
+	/* The call's own read that fails was its try: -EIO, the page named
+	 * once or twice; the next waited call reads it again. */
+	for (int twice = 0; twice < 2; twice++) {
+		const struct sb_range rr[2] = {r, r};
+
+		CHECK(sb_buf_unmap(b, 2 * ps, ps) >= 0);
+		sbi_test_io_fail(EIO, 1);
+		CHECK_EQ(sb_buf_prefetch(b, rr, 1 + twice, SB_PREFETCH_WAIT),
+			 -EIO);
+		sbi_test_io_fail(0, 0);
+		CHECK_EQ(sb_buf_map(b, 2 * ps, ps), 1);
+	}
+	CHECK_EQ(stats(p).io_errors, e0 + 52);
 	printf("file page: 50 reads failed while a waited call waited: read "
 	       "again each time\n");
 }

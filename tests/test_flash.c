@@ -90,6 +90,7 @@ static bool heap_folios_big(void)
 
 static uint64_t ffn_third;
 static int whole;	/* flash: --whole-bundles */
+static int no_overlap;	/* flash: --no-overlap */
 
 /* One run of the test's settings; 0 or -errno. */
 static int try_run(const char *path, enum sbf_mode mode, uint64_t budget,
@@ -111,6 +112,7 @@ static int try_run(const char *path, enum sbf_mode mode, uint64_t budget,
 	o.seed = 3;
 	o.release = rel;
 	o.whole_bundles = whole;
+	o.no_overlap = no_overlap;
 	o.measure = mode == SBF_RESIDENT;
 	o.on_logits = keep;
 	o.ctx = &lg;
@@ -259,10 +261,11 @@ static void fewest_mappings(const char *path)
 /*
  * A read of the FFN weights that fails (injected: the first page-in the
  * run starts) is read again when the layer's pages are waited for
- * (flash_ready names its ranges), and the run goes on with the same bits;
- * every read failing, the run stops with -EIO, where touching the failed
- * page would raise SIGBUS (before: the process died of it). Without
- * UFFDIO_POISON a failed page stays failed: -EIO at the first.
+ * (flash_ready names its ranges; with --no-overlap the fetch waits and
+ * names them again), and the run goes on with the same bits; every read
+ * failing, the run stops with -EIO, where touching the failed page would
+ * raise SIGBUS (before: the process died of it). Without UFFDIO_POISON a
+ * failed page stays failed: -EIO at the first.
  */
 static void read_errors(const char *path, uint64_t budget, const float *ref,
 			float *got, size_t nl)
@@ -272,23 +275,30 @@ static void read_errors(const char *path, uint64_t budget, const float *ref,
 	int err;
 
 	CHECK(sb_features_get(&ft) == 0);
-	sbi_test_io_fail(EIO, 1);
-	memset(got, 0, nl * sizeof(float));
-	err = try_run(path, SBF_FLASH, budget, SBF_RELEASE_AUTO, got, &r);
-	sbi_test_io_fail(0, 0);
-	if (!ft.poison) {
-		CHECK_EQ(err, -EIO);
-		printf("a failed read: -EIO (no UFFDIO_POISON: not read "
-		       "again)\n");
-		return;
+	for (no_overlap = 0; no_overlap < 2; no_overlap++) {
+		sbi_test_io_fail(EIO, 1);
+		memset(got, 0, nl * sizeof(float));
+		err = try_run(path, SBF_FLASH, budget, SBF_RELEASE_AUTO, got,
+			      &r);
+		sbi_test_io_fail(0, 0);
+		if (!ft.poison) {
+			no_overlap = 0;
+			CHECK_EQ(err, -EIO);
+			printf("a failed read: -EIO (no UFFDIO_POISON: not "
+			       "read again)\n");
+			return;
+		}
+		if (err < 0)
+			FAIL("one failed read (no_overlap %d): %s", no_overlap,
+			     strerror(-err));
+		CHECK_EQ(r.io_errors, 1);
+		if (memcmp(ref, got, nl * sizeof(float)))
+			FAIL("one failed read (no_overlap %d): logits differ "
+			     "from resident", no_overlap);
+		/* (The failed read counts no bytes; the second its page.) */
+		CHECK_EQ(r.bytes_read, r.new_bytes);
 	}
-	if (err < 0)
-		FAIL("one failed read: %s", strerror(-err));
-	CHECK_EQ(r.io_errors, 1);
-	if (memcmp(ref, got, nl * sizeof(float)))
-		FAIL("one failed read: logits differ from resident");
-	/* (The failed read counts no bytes; the second counts its page.) */
-	CHECK_EQ(r.bytes_read, r.new_bytes);
+	no_overlap = 0;
 
 	sbi_test_io_fail(EIO, 1u << 30);
 	err = try_run(path, SBF_FLASH, budget, SBF_RELEASE_AUTO, got, &r);
