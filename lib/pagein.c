@@ -656,18 +656,42 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 		sbi_vma_wake(buf, idx);
 }
 
+/* Whether page i is in one of the spans before sp[k] (named twice). */
+static bool named_before(const struct sbi_span *sp, size_t k, size_t i)
+{
+	while (k--)
+		if (i >= sp[k].first && i < sp[k].end)
+			return true;
+	return false;
+}
+
+/* Whether some span begins before the end of the one before it: spans
+ * out of order, or naming a page twice. */
+static bool spans_overlap(const struct sbi_span *sp, size_t nsp)
+{
+	for (size_t k = 1; k < nsp; k++)
+		if (sp[k].first < sp[k - 1].end)
+			return true;
+	return false;
+}
+
 /* Pages of the spans in flight; whether one failed to read, and whether
  * one is still to be read in (its read could not be mapped). */
 static size_t count_inflight(struct sb_buf *buf, const struct sbi_span *sp,
 			     size_t nsp, bool *ioerr, bool *unread)
 {
+	/* A page named twice is one read: counted twice, the wait for the
+	 * disk's completions would wait for one that never comes (100 ms,
+	 * helper-42). */
+	bool overlap = spans_overlap(sp, nsp);
 	size_t n = 0;
 
 	*ioerr = *unread = false;
 	pthread_mutex_lock(&buf->lock);
 	for (size_t k = 0; k < nsp; k++) {
 		for (size_t i = sp[k].first; i < sp[k].end; i++) {
-			n += (buf->pte[i] & SBI_PTE_INFLIGHT) != 0;
+			n += (buf->pte[i] & SBI_PTE_INFLIGHT) &&
+			     !(overlap && named_before(sp, k, i));
 			*ioerr |= (buf->pte[i] & SBI_PTE_IOERR) != 0;
 			*unread |= wants_read(buf->pte[i]);
 		}
@@ -704,6 +728,7 @@ static void reread_failed(struct sb_buf *buf, size_t i)
 struct others {
 	size_t *idx;
 	size_t n, cap;
+	bool lost;	/* one could not be noted (no memory) */
 };
 
 static void note_other(struct others *o, size_t i)
@@ -712,21 +737,14 @@ static void note_other(struct others *o, size_t i)
 		size_t cap = o->cap ? 2 * o->cap : 16;
 		size_t *p = realloc(o->idx, cap * sizeof(*p));
 
-		if (!p)
-			return;	/* (not tried again, then) */
+		if (!p) {
+			o->lost = true;
+			return;
+		}
 		o->idx = p;
 		o->cap = cap;
 	}
 	o->idx[o->n++] = i;
-}
-
-/* Whether page i is in one of the spans before sp[k] (named twice). */
-static bool named_before(const struct sbi_span *sp, size_t k, size_t i)
-{
-	while (k--)
-		if (i >= sp[k].first && i < sp[k].end)
-			return true;
-	return false;
 }
 
 /* Start the read of page i if it wants one: 1 if started, 0 if not, or
@@ -766,13 +784,10 @@ static long start_reads(struct sb_buf *buf, const struct sbi_span *sp,
 	struct sbi_io *ios[BATCH];
 	size_t n = 0;
 	long queued = 0;
-	bool reread, overlap = false;
-	int r = 0;
-
 	/* Spans in order without overlap (the usual case): a page in flight
 	 * as this call looks was not started by it. */
-	for (size_t k = 1; k < nsp && !overlap; k++)
-		overlap = sp[k].first < sp[k - 1].end;
+	bool reread, overlap = spans_overlap(sp, nsp);
+	int r = 0;
 
 	/* The layout lock too, as for every change of a buffer's mappings:
 	 * making room may evict pages and map a shared one as a private
@@ -858,19 +873,23 @@ long sbi_pagein_spans(struct sb_buf *buf, const struct sbi_span *sp,
 	 * device must not fail the first waiter that names a page another
 	 * read just failed on. (This call's own failed reads are not: they
 	 * were its try.) */
-	if (ioerr && others.n) {
-		struct sbi_span *sp2 = malloc(others.n * sizeof(*sp2));
+	if (ioerr && (others.n || others.lost)) {
+		struct sbi_span *sp2 = others.lost
+					       ? NULL
+					       : malloc(others.n * sizeof(*sp2));
 
 		for (size_t k = 0; sp2 && k < others.n; k++)
 			sp2[k] = (struct sbi_span){others.idx[k],
 						   others.idx[k] + 1};
-		if (sp2) {
-			queued += start_reads(buf, sp2, others.n, true, true,
-					      NULL, &r2);
-			if (r2 < 0 && r == 0)
-				r = r2;
-			wait_spans(buf, sp, nsp, &ioerr, &unread);
-		}
+		/* Without the list (no memory), every failed page named:
+		 * the call's own too, this once. */
+		queued += sp2 ? start_reads(buf, sp2, others.n, true, true,
+					    NULL, &r2)
+			      : start_reads(buf, sp, nsp, true, true, NULL,
+					    &r2);
+		if (r2 < 0 && r == 0)
+			r = r2;
+		wait_spans(buf, sp, nsp, &ioerr, &unread);
 		free(sp2);
 	}
 	free(others.idx);
