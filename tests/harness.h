@@ -163,6 +163,43 @@ static inline double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Whether shmem_enabled gives memfds (the heaps) folios larger than 4 KiB
+ * (tests/test_folios.c and make test-folios set it): pages released from
+ * them may leave zeros in place or split (docs/design.md, "Heap folios"). */
+static inline bool shmem_folios_big(void)
+{
+	char line[256] = "";
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled",
+			"r");
+
+	if (f) {
+		if (!fgets(line, sizeof(line), f))
+			line[0] = 0;
+		fclose(f);
+	}
+	/* The setting in brackets; then the per-size ones (a size that is
+	 * always or within_size gives folios whatever the above says). */
+	if (line[0] && !strstr(line, "[never]") && !strstr(line, "[deny]"))
+		return true;
+	for (int kb = 8; kb <= 2048; kb *= 2) {
+		char path[128];
+
+		snprintf(path, sizeof(path),
+			 "/sys/kernel/mm/transparent_hugepage/hugepages-%dkB/"
+			 "shmem_enabled",
+			 kb);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (!fgets(line, sizeof(line), f))
+			line[0] = 0;
+		fclose(f);
+		if (strstr(line, "[always]") || strstr(line, "[within_size]"))
+			return true;
+	}
+	return false;
+}
+
 /* Wait (up to timeout_s) until cond holds; background work is async. */
 #define WAIT_FOR(cond, timeout_s)                                            \
 	do {                                                                 \

@@ -44,40 +44,6 @@ static long thread_faults(void)
  * make test-folios set it). */
 static bool huge_folios;
 
-static bool shmem_huge(void)
-{
-	char line[256] = "";
-	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled",
-			"r");
-
-	if (f) {
-		if (!fgets(line, sizeof(line), f))
-			line[0] = 0;
-		fclose(f);
-	}
-	/* The setting in brackets; then the per-size ones (a size that is
-	 * always or within_size gives folios whatever the above says). */
-	if (line[0] && !strstr(line, "[never]") && !strstr(line, "[deny]"))
-		return true;
-	for (int kb = 8; kb <= 2048; kb *= 2) {
-		char path[128];
-
-		snprintf(path, sizeof(path),
-			 "/sys/kernel/mm/transparent_hugepage/hugepages-%dkB/"
-			 "shmem_enabled",
-			 kb);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (!fgets(line, sizeof(line), f))
-			line[0] = 0;
-		fclose(f);
-		if (strstr(line, "[always]") || strstr(line, "[within_size]"))
-			return true;
-	}
-	return false;
-}
-
 /* Aligned windows of w bytes that [a, a + len) overlaps. */
 static long windows(uintptr_t a, size_t len, size_t w)
 {
@@ -213,7 +179,7 @@ static int main_test(void)
 	       "tables %s\n",
 	       f.fault_around_pages,
 	       by_faults ? "by read faults" : "with MAP_POPULATE");
-	huge_folios = shmem_huge();
+	huge_folios = shmem_folios_big();
 	if (SANITIZED)
 		SKIP("fault counts: the sanitizer's shadow memory faults in "
 		     "on this thread too");

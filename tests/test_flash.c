@@ -72,22 +72,6 @@ static void keep(void *ctx, int step, const float *l, int n)
 	memcpy(lg->v + (size_t)step * n, l, (size_t)n * sizeof(*l));
 }
 
-/* Does shmem_enabled give the heaps (memfds) folios larger than a page? */
-static bool heap_folios_big(void)
-{
-	char line[128] = "";
-	FILE *fp = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled",
-			 "r");
-
-	if (fp) {
-		if (!fgets(line, sizeof(line), fp))
-			line[0] = 0;
-		fclose(fp);
-	}
-	return strstr(line, "[always]") || strstr(line, "[within_size]") ||
-	       strstr(line, "[force]");
-}
-
 static uint64_t ffn_third;
 static int whole;	/* flash: --whole-bundles */
 static int no_overlap;	/* flash: --no-overlap */
@@ -428,7 +412,7 @@ static int main_test(void)
 	 * pages (the kernel leaves a file's pages to fault back), and the
 	 * next touch of each is a minor fault that maps it again, no read
 	 * (docs/design.md, "Heap folios"; 48 such in one CI run). */
-	if (!heap_folios_big())
+	if (!shmem_folios_big())
 		CHECK_EQ(rf.faults, 0);
 
 	memset(got, 0, nl * sizeof(float));
