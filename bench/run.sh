@@ -10,7 +10,7 @@ usage() {
 usage: bench/run.sh [BUILD_DIR]
 
 Run every benchmark against the programs in BUILD_DIR (default build):
-place, ptflood, perf-faults.sh, sessions, kernels_*, pagein.sh, flash.sh. Exit status 1 when
+place, ptflood, pagecost, perf-faults.sh, sessions, kernels_*, pagein.sh, flash.sh. Exit status 1 when
 one fails or misses a target.
 
 options:
@@ -34,6 +34,8 @@ step() {
 step "$build/bench/place"
 # Page-directory writes on a shadow-paging host (a few seconds).
 step "$build/bench/ptflood"
+# What a page read in and released costs this host, step by step (2 s).
+step "$build/bench/pagecost"
 step bench/perf-faults.sh "$build"
 # KV sessions: a shared system prompt, idle conversations parked (about
 # 30 s).

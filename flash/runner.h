@@ -65,6 +65,8 @@ struct sbf_opts {
 struct sbf_result {
 	struct sbf_header h;
 	double seconds;		/* the decode loop */
+	double cpu_seconds;	/* CPU time of every thread of the process
+				 * during the loop (getrusage: user + system) */
 	double tokens_per_s;
 	uint64_t bytes_read;	/* during the loop: pool reads (flash),
 				 * /proc/self/io read_bytes (others) */

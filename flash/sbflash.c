@@ -21,6 +21,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,17 @@ static const struct sbc_opt opts[] = {
 	{OPT_NO_PROGRESS, "--no-progress", NULL, "no progress bar"},
 	{0},
 };
+
+/* The CPUs this process may run on: what a token's CPU time is shared
+ * among. */
+static long usable_cpus(void)
+{
+	cpu_set_t set;
+
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		return CPU_COUNT(&set);
+	return sysconf(_SC_NPROCESSORS_ONLN);
+}
 
 /* Whether paths a and b name one file that an output would truncate or
  * mix with another: one existing file (links, other spellings), or the same
@@ -172,6 +184,7 @@ int main(int argc, char **argv)
 	const char *logits = NULL, *trace = NULL, *v;
 	FILE *lf = NULL;
 	int json = 0, threads = 0, err, e, opt;
+	long cpus;
 
 	o.mode = SBF_FLASH;
 	o.k = 5;
@@ -316,6 +329,7 @@ int main(int argc, char **argv)
 			sbf_mode_name(o.mode), strerror(-err));
 		return 1;
 	}
+	cpus = usable_cpus();
 	if (json) {
 		printf("{\"mode\": \"%s\", \"model_bytes\": %llu, "
 		       "\"ffn_bytes\": %llu, \"budget_bytes\": %llu, "
@@ -350,7 +364,8 @@ int main(int argc, char **argv)
 		       "\"pool_peak_bytes\": %llu, \"unmapped_pages\": %llu, "
 		       "\"dropped_pages\": %llu, \"prefetched_pages\": %llu, "
 		       "\"window_shrinks\": %llu, \"split_fetch\": %s, "
-		       "\"read_unit_bytes\": %llu}\n",
+		       "\"read_unit_bytes\": %llu, \"cpu_s_per_token\": %.6f, "
+		       "\"cpus\": %ld}\n",
 		       r.h.recall, r.h.precision, r.h.sparsity,
 		       (unsigned long long)r.pool_bytes,
 		       (unsigned long long)r.pool_peak,
@@ -360,7 +375,8 @@ int main(int argc, char **argv)
 		       (unsigned long long)r.shrunk,
 		       r.split ? "true" : "false",
 		       (unsigned long long)(r.split ? r.h.bundle / 2
-						    : r.h.bundle));
+						    : r.h.bundle),
+		       r.cpu_seconds / o.steps, cpus);
 		return 0;
 	}
 	printf("%s: %s mode, %d tokens in %.2f s: %.3f tokens/s\n", o.path,
@@ -380,6 +396,10 @@ int main(int argc, char **argv)
 		printf("; predictor recall on this run %.4f",
 		       (double)r.n_true_pred / r.n_true);
 	printf("\n");
+	printf("  CPU %.1f ms a token, every thread (%.2f of the %ld CPUs "
+	       "busy)\n",
+	       1e3 * r.cpu_seconds / o.steps,
+	       r.seconds > 0 ? r.cpu_seconds / r.seconds : 0.0, cpus);
 	if (o.mode == SBF_FLASH)
 		printf("  pool budget %.0f MiB, peak %.0f MiB; %llu pages "
 		       "prefetched, %llu released by the window, %llu dropped "
