@@ -37,9 +37,11 @@
  *
  * Medians of --rounds rounds, microseconds a page. No target: the figures
  * explain others (docs/PERFORMANCE.md). process_madvise of this process
- * (Linux 6.13) missing: those lines say n/a.
+ * (Linux 6.13) missing: those lines say n/a. --spin keeps another thread
+ * of the process busy meanwhile, as a decoding runner's other threads are:
+ * a TLB flush then reaches a second CPU.
  *
- *   pagecost [--pages N] [--page-size SIZE] [--rounds R]
+ *   pagecost [--pages N] [--page-size SIZE] [--rounds R] [--spin]
  *   pagecost --help | --version
  */
 #include "bench.h"
@@ -47,6 +49,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -213,13 +216,28 @@ static void round_once(int r, const char *src)
 	free(dense);
 }
 
-enum { OPT_PAGES = 1, OPT_PAGE_SIZE, OPT_ROUNDS };
+/* --spin: a thread of this process kept busy meanwhile, as a runner's
+ * other threads are, so that each TLB flush also reaches another CPU. */
+static bool spin;
+static atomic_bool spinning;
+
+static void *spin_thread(void *arg)
+{
+	(void)arg;
+	while (atomic_load_explicit(&spinning, memory_order_relaxed))
+		__asm__ volatile("" ::: "memory");
+	return NULL;
+}
+
+enum { OPT_PAGES = 1, OPT_PAGE_SIZE, OPT_ROUNDS, OPT_SPIN };
 
 static const struct sbc_opt opts[] = {
 	{OPT_PAGES, "--pages", "N", "pages per round, 64 to 65536 (default 2048)"},
 	{OPT_PAGE_SIZE, "--page-size", "SIZE",
 	 "a power of two from 4K to 1M (default 8K)"},
 	{OPT_ROUNDS, "--rounds", "R", "rounds, 3 to 64 (default 7)"},
+	{OPT_SPIN, "--spin", NULL,
+	 "keep another thread of the process busy meanwhile"},
 	{0},
 };
 
@@ -253,6 +271,9 @@ static void parse(int argc, char **argv)
 		case OPT_ROUNDS:
 			rounds = (int)sbc_int(&cli, v, 3, MAX_ROUNDS);
 			break;
+		case OPT_SPIN:
+			spin = true;
+			break;
 		}
 	}
 	/* A round also reads that much into fresh memory. */
@@ -263,6 +284,7 @@ static void parse(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	pthread_t spinner;
 	size_t span;
 	char *src;
 	double base;
@@ -290,13 +312,23 @@ int main(int argc, char **argv)
 		iov[i] = (struct iovec){map + idx[i] * page, page};
 	}
 	pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	atomic_store(&spinning, spin);
+	if (spin && pthread_create(&spinner, NULL, spin_thread, NULL)) {
+		perror("pagecost: pthread_create");
+		return 1;
+	}
 	for (int r = 0; r < rounds; r++)
 		round_once(r, src);
+	if (spin) {
+		atomic_store(&spinning, false);
+		pthread_join(spinner, NULL);
+	}
 	na[TOUCH_POPULATED] = na[POPULATE];
 
 	printf("pagecost: %zu pages of %zu KiB, one in %d of a memfd, %d "
-	       "rounds; microseconds a page (medians, [min-max])\n\n",
-	       npages, page >> 10, SPREAD, rounds);
+	       "rounds%s; microseconds a page (medians, [min-max])\n\n",
+	       npages, page >> 10, SPREAD, rounds,
+	       spin ? ", another thread busy" : "");
 	printf("%-38s %10s %18s %12s\n", "step", "us/page", "[spread]",
 	       "x baseline");
 	{
