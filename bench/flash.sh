@@ -239,8 +239,11 @@ for mode in resident mmap_dense mmap_sparse sparsebuf sparsebuf_whole; do
 	brt=$(jget "$res" bytes_read_per_token)
 	flt=$(jget "$res" faults)
 	newb=$(jget "$res" new_bytes_per_token)
+	# (0 when an older sbflash does not say: no CPU line then)
 	cpt=$(jget "$res" cpu_s_per_token)
+	cpt=${cpt:-0}
 	ncpu=$(jget "$res" cpus)
+	ncpu=${ncpu:-0}
 	eval "tps_$mode=$tps brt_$mode=$brt flt_$mode=$flt peak_$mode=$peak new_$mode=$newb cpt_$mode=$cpt cpus_$mode=$ncpu"
 	[ $mode = sparsebuf ] && unit_sparsebuf=$(jget "$res" read_unit_bytes)
 	say "  $tps tokens/s, $(awk "BEGIN { printf \"%.1f\", $brt / 2^20 }") MiB read/token," \
@@ -251,7 +254,7 @@ for mode in resident mmap_dense mmap_sparse sparsebuf sparsebuf_whole; do
 		json_modes="$json_modes\"resident\": null, "
 		over_resident="(no-limit)"
 	else
-		json_modes="$json_modes\"$mode\": {\"tokens_per_s\": $tps, \"bytes_read_per_token\": $brt, \"peak_rss_bytes\": $peak, \"faults\": $flt, \"cpu_s_per_token\": $cpt}, "
+		json_modes="$json_modes\"$mode\": {\"tokens_per_s\": $tps, \"bytes_read_per_token\": $brt, \"peak_rss_bytes\": $peak, \"faults\": $flt, \"cpu_s_per_token\": $([ "$cpt" = 0 ] && echo null || echo "$cpt")}, "
 	fi
 	[ $perf = 1 ] && command -v perf >/dev/null && perf_run $mode $limit
 done
@@ -334,7 +337,7 @@ if [ -n "$(v tps sparsebuf)" ] && [ -n "$(v tps mmap_dense)" ] && [ -n "$(v tps 
 		# runner's CPU time a token allows, every CPU busy and every
 		# read overlapped (bench/pagecost says where that time goes).
 		awk "BEGIN { c = $cpt_sparsebuf; n = $cpus_sparsebuf;
-			if (c <= 0) exit
+			if (c <= 0 || n <= 0) exit
 			t = n / c; r = t * $brt_sparsebuf / 1e6
 			printf \"  (sparsebuf took %.0f ms of CPU a token on %d CPUs: at most %.1f tokens/s,\\n   %.0f MB/s, %.2fx fio, with every CPU busy)\\n\", c * 1e3, n, t, r, r * 1e6 / $fio_bps }"
 	fi
