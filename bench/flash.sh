@@ -248,8 +248,8 @@ for mode in resident mmap_dense mmap_sparse sparsebuf sparsebuf_whole; do
 	[ $mode = sparsebuf ] && unit_sparsebuf=$(jget "$res" read_unit_bytes)
 	say "  $tps tokens/s, $(awk "BEGIN { printf \"%.1f\", $brt / 2^20 }") MiB read/token," \
 		"$flt faults, peak $(awk "BEGIN { printf \"%.0f\", $peak / 2^20 }") MiB" \
-		"(budget $(awk "BEGIN { printf \"%.0f\", $budget / 2^20 }") MiB); host steal $steal s;" \
-		"CPU $(awk "BEGIN { printf \"%.1f\", $cpt * 1e3 }") ms/token"
+		"(budget $(awk "BEGIN { printf \"%.0f\", $budget / 2^20 }") MiB); host steal $steal s$(
+		[ "$cpt" = 0 ] || awk "BEGIN { printf \"; CPU %.1f ms/token\", $cpt * 1e3 }")"
 	if [ $fits = 0 ]; then
 		json_modes="$json_modes\"resident\": null, "
 		over_resident="(no-limit)"
@@ -285,6 +285,7 @@ if command -v fio >/dev/null && [ -n "${unit_sparsebuf:-}" ]; then
 		2>/dev/null | awk -F';' 'NR == 1 { print $7 }')
 	case $fio_bw in
 	'' | *[!0-9]*) say "fio failed: no read-rate comparison" ;;
+	0) say "fio read nothing: no read-rate comparison" ;;
 	*) fio_bps=$((fio_bw * 1024)) fio_desc="$((unit_sparsebuf / 1024)) KiB x256"
 	   say "fio randread $fio_desc on the model: $((fio_bps / 1000000)) MB/s" ;;
 	esac
@@ -335,9 +336,10 @@ if [ -n "$(v tps sparsebuf)" ] && [ -n "$(v tps mmap_dense)" ] && [ -n "$(v tps 
 			"$(awk "BEGIN { print ($rr >= 0.6) ? \"PASS\" : \"FAIL\" }")"
 		# Whether the rate is the disk's or the CPUs': the rate the
 		# runner's CPU time a token allows, every CPU busy and every
-		# read overlapped (bench/pagecost says where that time goes).
+		# read overlapped (bench/pagecost says where that time goes;
+		# the kernels' threads' spin-waits count as CPU too).
 		awk "BEGIN { c = $cpt_sparsebuf; n = $cpus_sparsebuf;
-			if (c <= 0 || n <= 0) exit
+			if (c <= 0 || n <= 0 || $fio_bps <= 0) exit
 			t = n / c; r = t * $brt_sparsebuf / 1e6
 			printf \"  (sparsebuf took %.0f ms of CPU a token on %d CPUs: at most %.1f tokens/s,\\n   %.0f MB/s, %.2fx fio, with every CPU busy)\\n\", c * 1e3, n, t, r, r * 1e6 / $fio_bps }"
 	fi

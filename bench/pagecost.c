@@ -30,8 +30,8 @@
  *   drop entries        one process_madvise(MADV_DONTNEED) over all the
  *                       pages (one TLB flush)
  *   punch               fallocate(PUNCH_HOLE) of each page, entries gone
- *   punch, mapped       the same with the entries still there (each punch
- *                       zaps and flushes)
+ *   punch, entries there  the same with the entries still there (each
+ *                       punch zaps and flushes)
  *   read into fresh     read() into fresh anonymous memory, then the first
  *   memory, then touch  touch from user mode (what loading weights costs)
  *
@@ -47,8 +47,10 @@
 #include "bench.h"
 #include "cli.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -67,6 +69,7 @@ static size_t npages = 2048, page = 8192;
 static int rounds = 7;
 
 static int memfd;
+static int datafd;	/* npages * page bytes of data, for the read */
 static char *map;
 static size_t *idx;	/* the pages used, ascending */
 static struct iovec *iov;
@@ -94,11 +97,11 @@ static const char *const step_name[NSTEPS] = {
 	"first touch",
 	"populate (one process_madvise)",
 	"first touch after populate",
-	"another thread's first touch",
+	"another thread's first touch (+ start)",
 	"touch after that thread's",
 	"drop entries (one process_madvise)",
 	"punch, entries gone",
-	"punch, mapped",
+	"punch, entries there",
 	"read() into fresh memory",
 	"first touch after read()",
 };
@@ -142,8 +145,26 @@ static void run_thread(pthread_t *th)
 static void punch_all(void)
 {
 	for (size_t i = 0; i < npages; i++)
-		fallocate(memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-			  (off_t)(idx[i] * page), (off_t)page);
+		if (fallocate(memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			      (off_t)(idx[i] * page), (off_t)page) < 0) {
+			perror("pagecost: fallocate(PUNCH_HOLE)");
+			exit(1);
+		}
+}
+
+/* The whole of `data` into fresh memory, as a loader reads weights. */
+static void read_data(char *to, size_t len)
+{
+	for (size_t done = 0; done < len;) {
+		ssize_t r = pread(datafd, to + done, len - done, (off_t)done);
+
+		if (r <= 0) {
+			fprintf(stderr, "pagecost: reading the data: %s\n",
+				r < 0 ? strerror(errno) : "short file");
+			exit(1);
+		}
+		done += (size_t)r;
+	}
 }
 
 /* One process_madvise over every page (UIO_MAXIOV at a time): 0 or -1. */
@@ -209,8 +230,7 @@ static void round_once(int r, const char *src)
 		perror("pagecost: mmap");
 		exit(1);
 	}
-	t_step[READ_FRESH][r] =
-		TIMED((void)!pread(memfd, fresh, len, 0));
+	t_step[READ_FRESH][r] = TIMED(read_data(fresh, len));
 	t_step[TOUCH_READ][r] = TIMED(touch_all(fresh, dense));
 	munmap(fresh, len);
 	free(dense);
@@ -277,7 +297,7 @@ static void parse(int argc, char **argv)
 		}
 	}
 	/* A round also reads that much into fresh memory. */
-	if (npages * page > (size_t)1 << 30)
+	if (npages > ((size_t)1 << 30) / page)
 		sbc_fail(&cli, "--pages %zu of %zu KiB: more than 1 GiB a round",
 			 npages, page >> 10);
 }
@@ -305,6 +325,17 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	memset(src, 0x5a, page);
+	/* The data the read step reads: whole pages, not holes. */
+	datafd = memfd_create("pagecost-data", MFD_CLOEXEC);
+	if (datafd < 0) {
+		perror("pagecost: memfd");
+		return 1;
+	}
+	for (size_t i = 0; i < npages; i++)
+		if (pwrite(datafd, src, page, (off_t)(i * page)) != (ssize_t)page) {
+			perror("pagecost: pwrite");
+			return 1;
+		}
 	/* One page in each SPREAD, at a varying place: neighbours never. */
 	srand(1);
 	for (size_t i = 0; i < npages; i++) {
@@ -312,6 +343,15 @@ int main(int argc, char **argv)
 		iov[i] = (struct iovec){map + idx[i] * page, page};
 	}
 	pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	{
+		cpu_set_t set;
+
+		if (spin && sched_getaffinity(0, sizeof(set), &set) == 0 &&
+		    CPU_COUNT(&set) < 2)
+			fprintf(stderr, "pagecost: --spin with one CPU: the "
+					"busy thread only takes turns with "
+					"this one\n");
+	}
 	atomic_store(&spinning, spin);
 	if (spin && pthread_create(&spinner, NULL, spin_thread, NULL)) {
 		perror("pagecost: pthread_create");

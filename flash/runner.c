@@ -176,8 +176,8 @@ static uint64_t proc_field(const char *path, const char *key)
  * page tables (PVM) a page the kernel filled through read() still costs a
  * trip to the hypervisor at its first touch from user mode, about 6 us a
  * 4 KiB (bench/pagecost, "first touch after read()"): for the 1 GiB
- * model's 417 MB resident section, half a second that otherwise fell in
- * the first token timed and showed as compute (resident mode made 15-17
+ * model's 417 MB resident section, 0.3-0.5 s that otherwise fell in the
+ * first token timed and showed as compute (resident mode made 15-17
  * tokens/s over 16 tokens, and 26-30 with this). Every mode that copies
  * the resident section pays it here, before the clock starts.
  */
@@ -185,6 +185,8 @@ static void touch_pages(const void *p, size_t n)
 {
 	for (size_t i = 0; i < n; i += 4096)
 		(void)*((const volatile char *)p + i);
+	if (n)	/* the last page, when p is not page-aligned (malloc) */
+		(void)*((const volatile char *)p + n - 1);
 }
 
 static int read_all(int fd, void *p, size_t n, uint64_t off)
