@@ -171,15 +171,19 @@ static uint64_t proc_field(const char *path, const char *key)
 }
 
 /*
- * Touch each page of a copy just read, from this thread, so that loading
- * ends with the weights ready to use. On a host that shadows the guest's
- * page tables (PVM) a page the kernel filled through read() still costs a
- * trip to the hypervisor at its first touch from user mode, about 6 us a
- * 4 KiB (bench/pagecost, "first touch after read()"): for the 1 GiB
- * model's 417 MB resident section, 0.3-0.5 s that otherwise fell in the
- * first token timed and showed as compute (resident mode made 15-17
- * tokens/s over 16 tokens, and 26-30 with this). Every mode that copies
- * the resident section pays it here, before the clock starts.
+ * Touch each page of a copy, so that loading ends with the weights ready
+ * to use. On a host that shadows the guest's page tables (PVM) a page the
+ * kernel filled through read() still costs a trip to the hypervisor at its
+ * first touch from user mode, about 6 us a 4 KiB (bench/pagecost, "first
+ * touch after read()"): for the 1 GiB model's 417 MB resident section,
+ * 0.3-0.5 s that otherwise fell in the first token timed and showed as
+ * compute. Every mode that copies the resident section pays it before the
+ * clock starts. Once everything is loaded, and the resident section last:
+ * reading the FFN in after it wrote page directories that the resident
+ * section's page tables share, and the hypervisor dropped that shadow
+ * (the write flooding bench/ptflood shows), so touched first it cost the
+ * same again in the first token (resident mode: 15-17 tokens/s over 16
+ * tokens before, 26-30 touched as it was read, 56-59 touched last).
  */
 static void touch_pages(const void *p, size_t n)
 {
@@ -191,9 +195,6 @@ static void touch_pages(const void *p, size_t n)
 
 static int read_all(int fd, void *p, size_t n, uint64_t off)
 {
-	void *start = p;
-	size_t len = n;
-
 	while (n) {
 		ssize_t r = pread(fd, p, n > (1u << 30) ? (1u << 30) : n,
 				  (off_t)off);
@@ -206,7 +207,6 @@ static int read_all(int fd, void *p, size_t n, uint64_t off)
 		n -= (size_t)r;
 		off += (uint64_t)r;
 	}
-	touch_pages(start, len);
 	return 0;
 }
 
@@ -1005,6 +1005,12 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 		ffn = map + h.ffn_off;
 	}
 
+	/* Loading is done: the copies are touched now, the resident section
+	 * last (touch_pages). */
+	if (ffnmem)
+		touch_pages(ffnmem, h.ffn_bytes);
+	if (resmem)
+		touch_pages(resmem, h.res_bytes);
 	err = sbf_run_init(&r, &m, ffn, o->steps);
 	if (err < 0)
 		goto out;
