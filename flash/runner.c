@@ -179,11 +179,11 @@ static uint64_t proc_field(const char *path, const char *key)
  * 0.3-0.5 s that otherwise fell in the first token timed and showed as
  * compute. Every mode that copies the resident section pays it before the
  * clock starts. Once everything is loaded, and the resident section last:
- * reading the FFN in after it wrote page directories that the resident
- * section's page tables share, and the hypervisor dropped that shadow
- * (the write flooding bench/ptflood shows), so touched first it cost the
- * same again in the first token (resident mode: 15-17 tokens/s over 16
- * tokens before, 26-30 touched as it was read, 56-59 touched last).
+ * the FFN, read in after it, wrote new page tables into page directories
+ * the section shares, and the hypervisor then dropped what it had built
+ * for the section (bench/ptflood's write flooding), so touched first the
+ * section cost as much again in the first token (resident mode: 15-17
+ * tokens/s over 16 tokens before, 26-30 touched as read, 56-59 last).
  */
 static void touch_pages(const void *p, size_t n)
 {
