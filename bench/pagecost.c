@@ -135,8 +135,10 @@ static void *touch_thread(void *arg)
 
 static void run_thread(pthread_t *th)
 {
-	if (pthread_create(th, NULL, touch_thread, NULL) != 0) {
-		perror("pagecost: pthread_create");
+	int r = pthread_create(th, NULL, touch_thread, NULL);
+
+	if (r) {
+		fprintf(stderr, "pagecost: pthread_create: %s\n", strerror(r));
 		exit(1);
 	}
 	pthread_join(*th, NULL);
@@ -152,7 +154,7 @@ static void punch_all(void)
 		}
 }
 
-/* The whole of `data` into fresh memory, as a loader reads weights. */
+/* All of datafd into fresh memory `to`, as a loader reads weights. */
 static void read_data(char *to, size_t len)
 {
 	for (size_t done = 0; done < len;) {
@@ -306,6 +308,7 @@ int main(int argc, char **argv)
 {
 	pthread_t spinner;
 	size_t span;
+	int e;
 	char *src;
 	double base;
 
@@ -353,8 +356,8 @@ int main(int argc, char **argv)
 					"this one\n");
 	}
 	atomic_store(&spinning, spin);
-	if (spin && pthread_create(&spinner, NULL, spin_thread, NULL)) {
-		perror("pagecost: pthread_create");
+	if (spin && (e = pthread_create(&spinner, NULL, spin_thread, NULL))) {
+		fprintf(stderr, "pagecost: pthread_create: %s\n", strerror(e));
 		return 1;
 	}
 	for (int r = 0; r < rounds; r++)
