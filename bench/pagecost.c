@@ -392,5 +392,8 @@ int main(int argc, char **argv)
 		printf("%-38s %10.2f   [%6.2f-%6.2f] %11.1fx\n", step_name[s],
 		       med, v[0], v[rounds - 1], base > 0 ? med / base : 0.0);
 	}
+	free(src);
+	free(iov);
+	free(idx);
 	return 0;
 }
