@@ -298,10 +298,11 @@ static void parse(int argc, char **argv)
 			break;
 		}
 	}
-	/* A round also reads that much into fresh memory. */
-	if (npages > ((size_t)1 << 30) / page)
-		sbc_fail(&cli, "--pages %zu of %zu KiB: more than 1 GiB a round",
-			 npages, page >> 10);
+	/* A round holds three times that: the pages in the memfd, the data
+	 * read and the fresh memory it is read into. */
+	if (npages > ((size_t)256 << 20) / page)
+		sbc_fail(&cli, "--pages %zu of %zu KiB: more than 256 MiB a "
+			       "round", npages, page >> 10);
 }
 
 int main(int argc, char **argv)
@@ -395,5 +396,10 @@ int main(int argc, char **argv)
 	free(src);
 	free(iov);
 	free(idx);
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "pagecost: writing the report: %s\n",
+			strerror(errno));
+		return 1;
+	}
 	return 0;
 }

@@ -87,6 +87,16 @@ static const struct sbc_opt opts[] = {
 	{0},
 };
 
+/* The report reached stdout: 0, or 1 with a message (a full disk, a
+ * closed pipe), as for --logits. */
+static int report_done(void)
+{
+	if (fflush(stdout) == 0 && !ferror(stdout))
+		return 0;
+	fprintf(stderr, "sbflash: writing the report: %s\n", strerror(errno));
+	return 1;
+}
+
 /* The CPUs this process may run on: what a token's CPU time is shared
  * among. */
 static long usable_cpus(void)
@@ -377,7 +387,7 @@ int main(int argc, char **argv)
 		       (unsigned long long)(r.split ? r.h.bundle / 2
 						    : r.h.bundle),
 		       r.cpu_seconds / o.steps, cpus);
-		return 0;
+		return report_done();
 	}
 	printf("%s: %s mode, %d tokens in %.2f s: %.3f tokens/s\n", o.path,
 	       sbf_mode_name(o.mode), o.steps, r.seconds, r.tokens_per_s);
@@ -416,5 +426,5 @@ int main(int argc, char **argv)
 		       1e3 * r.t_wait / o.steps,
 		       1e3 * (r.seconds - r.t_release - r.t_prefetch - r.t_wait) /
 			       o.steps);
-	return 0;
+	return report_done();
 }

@@ -73,6 +73,10 @@ static void slurp_into(const char *path, char *buf, size_t size)
 		close(fd);
 }
 
+/* Where the next run's stdout goes instead of a file to read back
+ * (/dev/full: a full disk); reset by each run. */
+static const char *stdout_to;
+
 /* Run argv (NULL-terminated) in a process group of its own; kill the whole
  * group after timeout_s (scripts start children). */
 static void run_argv(char *const *argv, double timeout_s, struct res *r)
@@ -88,8 +92,9 @@ static void run_argv(char *const *argv, double timeout_s, struct res *r)
 	snprintf(err, sizeof(err), "%s/stderr", tmp);
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 1, out,
+	posix_spawn_file_actions_addopen(&fa, 1, stdout_to ? stdout_to : out,
 					 O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	stdout_to = NULL;
 	posix_spawn_file_actions_addopen(&fa, 2, err,
 					 O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	posix_spawnattr_init(&at);
@@ -463,7 +468,7 @@ static void bad_values(void)
 		{"3000", "bench/pagecost", "--page-size", "3000"},
 		{"99", "bench/pagecost", "--rounds", "99"},
 		{"power of two", "bench/pagecost", "--page-size", "12K"},
-		{"1 GiB", "bench/pagecost", "--pages", "65536", "--page-size",
+		{"256 MiB", "bench/pagecost", "--pages", "65536", "--page-size",
 		 "32K"},
 		{"0", "bench/kernels_attn", "--reps", "0"},
 		{"1,,2", "bench/kernels_attn", "--ctx", "1,,2"},
@@ -549,6 +554,25 @@ static void bad_values(void)
 		expect("sbflash --logits /dev/full", &r, 1,
 		       "No space left on device");
 		n++;
+	}
+	/* The report itself on a full disk: said so, status 1 (it was 0). */
+	if (access("/dev/full", W_OK) == 0) {
+		char p[PATH_MAX + 64], q[PATH_MAX + 64];
+		char *argv[] = {p, (char *)fm, "--mode", "resident", "--json",
+				"--steps", "2", NULL};
+		char *argv2[] = {q, "--pages", "64", "--rounds", "3", NULL};
+		struct res r;
+
+		snprintf(p, sizeof(p), "%s/bin/sbflash", build);
+		stdout_to = "/dev/full";
+		run_argv(argv, TIMEOUT_S, &r);
+		expect("sbflash --json > /dev/full", &r, 1,
+		       "No space left on device");
+		snprintf(q, sizeof(q), "%s/bench/pagecost", build);
+		stdout_to = "/dev/full";
+		run_argv(argv2, TIMEOUT_S, &r);
+		expect("pagecost > /dev/full", &r, 1, "No space left on device");
+		n += 2;
 	}
 	/* sbgen refused before creating anything; sbflash left its model
 	 * whole when told to write over it. */
