@@ -58,6 +58,7 @@ options:
 EOT
 }
 . "$(dirname "$0")/cli-lib.sh"
+. "$(dirname "$0")/../scripts/knob.sh"
 bytes=1G frac=0.5 steps=16 k=5 threads=0 seed=1 build=build out= json=0
 perf=0
 while [ $# -gt 0 ]; do
@@ -119,24 +120,51 @@ else
 fi
 # Scattered FFN pages are one kernel mapping each (two with the gaps):
 # make room for the window's bundles when we may.
+# What a run killed by kill -9 (no trap sees it) left: its cgroups, the
+# sbflash it was waiting for still running in one, a raised
+# vm.max_map_count (scripts/knob.sh puts that back).
+knob_stale
+if [ $use_cg = 1 ]; then
+	for c in "$cgroot"/sbflash-*; do
+		[ -d "$c" ] || continue
+		p=${c#"$cgroot"/sbflash-}
+		p=${p%%-*}
+		grep -qs 'flash\.sh' "/proc/$p/cmdline" && continue
+		left=$(cat "$c/cgroup.procs" 2>/dev/null | tr '\n' ' ')
+		if [ -n "$left" ]; then
+			say "a killed run's $(cat /proc/${left%% *}/comm 2>/dev/null) is still running in $c (pid $left): killing it"
+			kill -9 $left 2>/dev/null
+			i=0
+			while [ -s "$c/cgroup.procs" ] && [ $i -lt 50 ]; do
+				sleep 0.1; i=$((i + 1))
+			done
+		fi
+		if rmdir "$c" 2>/dev/null; then
+			say "removed $c, left by a killed run"
+		else
+			say "cannot remove $c, left by a killed run"
+		fi
+	done
+fi
 need=$(awk "BEGIN { printf \"%.0f\", 3 * $budget / 4096 + 65536 }")
 old_maps=$(cat /proc/sys/vm/max_map_count)
-restore_maps() { [ "$(cat /proc/sys/vm/max_map_count)" = "$old_maps" ] || echo "$old_maps" > /proc/sys/vm/max_map_count; }
+cgs=""
+cleanup() {
+	knob_restore
+	for c in $cgs; do [ -d "$c" ] && rmdir "$c" 2>/dev/null; done
+}
+trap cleanup EXIT
+# (PIPE: a reader of the output gone, as with | head, ends the run
+# through the trap rather than kill it.)
+trap 'exit 130' INT TERM HUP PIPE
 if [ "$old_maps" -lt "$need" ]; then
-	if [ -w /proc/sys/vm/max_map_count ]; then
-		echo "$need" > /proc/sys/vm/max_map_count
+	if [ -w /proc/sys/vm/max_map_count ] &&
+		knob_set /proc/sys/vm/max_map_count "$need"; then
 		say "vm.max_map_count $old_maps -> $need for this run"
 	else
 		say "vm.max_map_count is $old_maps: sparsebuf may run out of mappings"
 	fi
 fi
-cgs=""
-cleanup() {
-	restore_maps
-	for c in $cgs; do [ -d "$c" ] && rmdir "$c" 2>/dev/null; done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 progress=--no-progress
 [ -t 2 ] && progress=--progress
@@ -161,6 +189,7 @@ steal_ticks() { awk '/^cpu / { print $9; exit }' /proc/stat 2>/dev/null || echo 
 run() {
 	mode=$1 limit=$2
 	logits="$out/logits-$mode.bin"
+	rm -f "$logits"	# a failed run leaves none, not the last run's
 	cold
 	steal0=$(steal_ticks)
 	set -- "$build/bin/sbflash" "$model" $(mode_args "$mode") --budget "$budget" \
@@ -293,11 +322,15 @@ fi
 
 match=true
 ref="$out/logits-sparsebuf.bin"
-for m in mmap_sparse resident sparsebuf_whole; do
-	[ -s "$out/logits-$m.bin" ] || continue
-	cmp -s "$ref" "$out/logits-$m.bin" || { match=false; say "logits of $m differ from sparsebuf"; }
-done
-[ -s "$ref" ] || match=false
+if [ -s "$ref" ] && [ -n "${tps_sparsebuf:-}" ]; then
+	for m in mmap_sparse resident sparsebuf_whole; do
+		[ -s "$out/logits-$m.bin" ] || continue
+		cmp -s "$ref" "$out/logits-$m.bin" || { match=false; say "logits of $m differ from sparsebuf"; }
+	done
+else
+	match=false
+	say "sparsebuf failed: no logits to compare"
+fi
 
 # The table, the targets and the chart (on stderr with --json).
 report() {

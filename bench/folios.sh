@@ -31,6 +31,7 @@ options:
 EOT
 }
 . "$(dirname "$0")/cli-lib.sh"
+. "$(dirname "$0")/../scripts/knob.sh"
 rounds=3 build=build
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -53,12 +54,14 @@ if [ ! -w "$knob" ] || ! grep -q within_size "$knob"; then
 		"(root and transparent huge pages needed): nothing to compare" >&2
 	exit 77
 fi
-was=$(sed 's/.*\[\(.*\)\].*/\1/' "$knob")
+knob_stale
+was=$(knob_value "$knob")
 [ "$was" = within_size ] && other=never || other=$was
-# A kill -9 cannot be trapped: say how to put it back first.
+# A kill -9 cannot be trapped: say how to put it back first (the next
+# bench or test script that changes a setting does it too).
 echo "(shmem_enabled is changed for each run; if this is killed, restore" \
 	"it: echo $was > $knob)"
-trap 'echo "$was" > "$knob"' EXIT
+trap knob_restore EXIT
 trap 'exit 130' INT TERM
 echo "CPU: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1), $(date -u '+%Y-%m-%d %H:%M UTC')"
 # The kernels' best variant here (they dispatch at run time the same way).
@@ -68,7 +71,7 @@ grep -q avx512bw /proc/cpuinfo && isa=avx512
 r=1
 while [ $r -le "$rounds" ]; do
 	for mode in "$other" within_size; do
-		echo "$mode" >"$knob" || exit 1
+		knob_set "$knob" "$mode" || exit 1
 		echo
 		echo "=== round $r, shmem_enabled=$mode ($("$build/bin/sparsebuf-info" 2>/dev/null |
 			sed -n 's/^ *heap folios: *//p' | cut -c1-40))"

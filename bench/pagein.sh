@@ -23,6 +23,7 @@ options:
 EOT
 }
 . "$(dirname "$0")/cli-lib.sh"
+. "$(dirname "$0")/../scripts/knob.sh"
 for a in "$@"; do
 	case $a in
 	--help | -h | --version) cli_std "$a" ;;
@@ -43,18 +44,21 @@ status=0
 # 2 MiB pages, and puts it back (also on Ctrl-C). Both ways are printed.
 thp=/sys/kernel/mm/transparent_hugepage/shmem_enabled
 if [ -w "$thp" ]; then
-	was=$(sed 's/.*\[\(.*\)\].*/\1/' "$thp")
-	# A kill -9 cannot be trapped: say how to put it back first.
+	knob_stale
+	was=$(knob_value "$thp")
+	# A kill -9 cannot be trapped: say how to put it back first (the
+	# next bench or test script that changes a setting does it too).
 	echo
 	echo "(shmem_enabled is set for the next run; if this is killed, restore it: echo $was > $thp)"
-	trap 'echo "$was" > "$thp"' EXIT INT TERM
+	trap knob_restore EXIT
+	trap 'exit 130' INT TERM
 	for mode in "$was" within_size; do
 		echo
 		echo "=== sequential, 2 MiB pages, shmem_enabled=$mode (heap folios; restored to $was after)"
-		echo "$mode" > "$thp" || break
+		knob_set "$thp" "$mode" || break
 		"$build/bench/pagein" "$@" --only seq --page-size 2M || true
 	done
-	echo "$was" > "$thp"
+	knob_restore
 	trap - EXIT INT TERM
 fi
 echo

@@ -46,17 +46,23 @@
  * and one for the gap after (the kernel refuses a page-in's mmap past the
  * limit, and the touch of that page gets SIGBUS). A pool that would need
  * more mappings than the limit leaves gets fewer pages, said on stderr;
- * one with room for too few bundles is refused. Returns 0 or -ENOMEM.
+ * one with room for too few bundles is refused. *full_maps is the limit
+ * that gives every page of the pool its two mappings: what each message
+ * here and in fit_mappings asks for, so that following the advice once is
+ * enough (asking for the least that passes the check at hand had a run
+ * refused again at its first layer's reads). Returns 0 or -ENOMEM.
  */
 #define MAP_MARGIN 1024	/* mappings left for the rest of the process */
 
 static int fit_map_count(struct sb_pool_opts *po, uint64_t bundle,
-			 uint64_t ffn_bytes, size_t *map_bytes)
+			 uint64_t ffn_bytes, size_t *map_bytes,
+			 size_t *full_maps)
 {
 	struct sb_features ft;
 	size_t room, pages;
 
 	*map_bytes = SIZE_MAX;
+	*full_maps = 0;
 	if (sb_features_get(&ft) < 0 || ft.max_map_count <= 0)
 		return 0;
 	room = ft.max_map_count > ft.map_count + MAP_MARGIN
@@ -67,6 +73,7 @@ static int fit_map_count(struct sb_pool_opts *po, uint64_t bundle,
 	pages = (size_t)(ffn_bytes / po->page_size);
 	if (po->max_bytes && po->max_bytes / po->page_size < pages)
 		pages = po->max_bytes / po->page_size;
+	*full_maps = (size_t)ft.map_count + MAP_MARGIN + 2 * pages;
 	if (pages <= room)
 		return 0;
 	if ((uint64_t)room * po->page_size < 64 * bundle) {
@@ -74,9 +81,7 @@ static int fit_map_count(struct sb_pool_opts *po, uint64_t bundle,
 			"sbflash: vm.max_map_count=%ld leaves room for %zu "
 			"pool pages, too few to run (each page is two mappings; "
 			"raise it: sysctl vm.max_map_count=%zu)\n",
-			ft.max_map_count, room,
-			(size_t)ft.map_count + MAP_MARGIN +
-				2 * (size_t)(64 * bundle / po->page_size));
+			ft.max_map_count, room, *full_maps);
 		return -ENOMEM;
 	}
 	fprintf(stderr,
@@ -84,8 +89,7 @@ static int fit_map_count(struct sb_pool_opts *po, uint64_t bundle,
 		"pages of two mappings each) instead of %.1f MiB; raise it "
 		"for all of them: sysctl vm.max_map_count=%zu\n",
 		ft.max_map_count, room * (double)po->page_size / 1048576.0, room,
-		pages * (double)po->page_size / 1048576.0,
-		(size_t)ft.map_count + MAP_MARGIN + 2 * pages);
+		pages * (double)po->page_size / 1048576.0, *full_maps);
 	po->max_bytes = room * po->page_size;
 	return 0;
 }
@@ -245,6 +249,7 @@ struct flash {
 	int trace_errno;	/* its first write error */
 	size_t max_bytes;
 	size_t map_bytes;	/* what vm.max_map_count leaves room for */
+	size_t full_maps;	/* the limit that would leave room for all */
 	size_t page_size;	/* the pool's */
 	/* Ranges to unmap, gathered and released in one call (unmap_flush):
 	 * a file buffer releases its pages a batch of runs at a time. */
@@ -563,14 +568,17 @@ static int fit_mappings(struct flash *f, int l, size_t bytes, size_t units)
 		 * process is past the margin already). */
 		long left = ft.max_map_count - MAP_MARGIN / 2 - ft.map_count;
 
+		long want = ft.max_map_count + over;
+
+		if ((size_t)want < f->full_maps)
+			want = (long)f->full_maps;
 		fprintf(stderr,
 			"sbflash: layer %d reads %.1f MiB (%zu runs), which "
 			"can take %ld more mappings; this process has %ld "
 			"left under vm.max_map_count=%ld; raise it: sysctl "
-			"vm.max_map_count=%ld or more\n",
+			"vm.max_map_count=%ld\n",
 			l, bytes / 1048576.0, units, over + left,
-			left > 0 ? left : 0, ft.max_map_count,
-			ft.max_map_count + over);
+			left > 0 ? left : 0, ft.max_map_count, want);
 	}
 	return -ENOMEM;
 }
@@ -947,7 +955,7 @@ int sbf_run(const struct sbf_opts *o, struct sbf_result *res)
 			}
 		}
 		err = fit_map_count(&po, (uint64_t)h.bundle, h.ffn_bytes,
-				    &fl.map_bytes);
+				    &fl.map_bytes, &fl.full_maps);
 		if (err < 0)
 			goto out;
 		fl.pool = sb_pool_create(&po, &err);

@@ -17,11 +17,14 @@ if [ ! -w "$knob" ] || ! grep -q within_size "$knob"; then
 	echo "0 passed, 0 failed, 1 skipped"
 	exit 0
 fi
-was=$(sed 's/.*\[\(.*\)\].*/\1/' "$knob")
-# A kill -9 cannot be trapped: say how to put it back first.
+. "$(dirname "$0")/knob.sh"
+knob_stale
+was=$(knob_value "$knob")
+# A kill -9 cannot be trapped: say how to put it back first (the next
+# bench or test script that changes a setting does it too).
 echo "(shmem_enabled is within_size for this run; if it is killed," \
 	"restore it: echo $was > $knob)"
-trap 'echo "$was" > "$knob"' EXIT
+trap knob_restore EXIT
 trap 'exit 130' INT TERM
-echo within_size >"$knob" || exit 1
+knob_set "$knob" within_size || exit 1
 tests/run.sh "$build/tests"

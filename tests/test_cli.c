@@ -1308,6 +1308,66 @@ static int child(const char *name)
 	return 0;
 }
 
+/* ---- system settings a script changes and puts back (scripts/knob.sh) -- */
+
+/* The value in the knob file (a stand-in for /proc/sys/vm/max_map_count). */
+static long knob_read(const char *path)
+{
+	char b[64];
+
+	slurp_into(path, b, sizeof(b));
+	return strtol(b, NULL, 10);
+}
+
+static void knobs(void)
+{
+	char sh[PATH_MAX * 2 + 512];
+	const char *knob = tpath("knob"), *notes = tpath("knob-notes");
+	struct res r;
+	FILE *f;
+
+	if (!src[0]) {
+		printf("knobs: no scripts here, skipped\n");
+		return;
+	}
+	CHECK((f = fopen(knob, "w")) && fputs("100\n", f) >= 0 &&
+	      fclose(f) == 0);
+	CHECK(setenv("SPARSEBUF_KNOB_DIR", notes, 1) == 0);
+	/* A run killed by kill -9 leaves the setting changed: no trap. */
+	snprintf(sh, sizeof(sh),
+		 ". %s/scripts/knob.sh; trap knob_restore EXIT; "
+		 "knob_set %s 500; knob_set %s 600; kill -9 $$",
+		 src, knob, knob);
+	run(&r, TIMEOUT_S, "/bin/sh", "-c", sh, NULL);
+	if (r.code != 128 + SIGKILL || knob_read(knob) != 600) {
+		show("knob_set, then kill -9", &r);
+		FAIL("the kill left %ld", knob_read(knob));
+	}
+	/* The next script that looks puts back the first value, and says. */
+	snprintf(sh, sizeof(sh), ". %s/scripts/knob.sh; knob_stale", src);
+	run(&r, TIMEOUT_S, "/bin/sh", "-c", sh, NULL);
+	if (r.code != 0 || knob_read(knob) != 100 ||
+	    !strstr(r.err, "put back to 100")) {
+		show("knob_stale", &r);
+		FAIL("after knob_stale: %ld", knob_read(knob));
+	}
+	/* A run that lives keeps its change (the look is another run's);
+	 * its exit trap puts it back. */
+	snprintf(sh, sizeof(sh),
+		 "K=%s/scripts/knob.sh; F=%s; "
+		 "(. $K; trap knob_restore EXIT; knob_set $F 700; sleep 1) & "
+		 "sleep 0.3; (. $K; knob_stale); cat $F; wait; cat $F",
+		 src, knob);
+	run(&r, TIMEOUT_S, "/bin/sh", "-c", sh, NULL);
+	if (r.code != 0 || strcmp(r.out, "700\n100\n")) {
+		show("knob_stale beside a live run", &r);
+		FAIL("a live run's setting taken, or not put back at its exit");
+	}
+	CHECK(rmdir(notes) == 0 || errno == ENOENT);
+	unsetenv("SPARSEBUF_KNOB_DIR");
+	printf("knobs: put back after kill -9, kept while the run lives\n");
+}
+
 static void locate(void)
 {
 	char self[PATH_MAX], p[PATH_MAX + 32];
@@ -1348,6 +1408,7 @@ static int main_test(void)
 		{"llama_headers", llama_headers}, {"tokenizers", tokenizers},
 		{"flash_headers", flash_headers}, {"fifos", fifos},
 		{"destinations", destinations}, {"sessions", sessions},
+		{"knobs", knobs},
 	};
 	/* CLI_PARTS="fifos sampling": only those (to see one fail alone
 	 * against older programs). */
