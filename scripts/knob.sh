@@ -9,8 +9,9 @@
 #                            choice list such as shmem_enabled)
 #
 # The exit trap puts a setting back, but no trap sees a kill -9. So before
-# the first change of a FILE, a note "PID START FILE VALUE" goes into KNOB_DIR
-# (/run, a tmpfs: gone at a reboot, as the changes are), and the next
+# the first change of a FILE, a note "PID START FILE VALUE" goes into
+# /run/sparsebuf-knobs (a tmpfs: gone at a reboot, as the changes are;
+# SPARSEBUF_KNOB_DIR elsewhere, as test_cli does), and the next
 # script that calls knob_stale puts back the value of any note whose
 # process is gone (PID, and START, its start time, against a reused PID).
 # A note whose process lives is another run's: that run puts it back, and

@@ -15,6 +15,7 @@ case $jobs in '' | *[!0-9]* | 0) jobs=1 ;; esac
 alone=" test_inject "
 logdir="$dir/logs"
 mkdir -p "$logdir"
+rm -f "$logdir"/*.pid	# a killed run's: never signal a reused pid
 pass=0 fail=0 skip=0 failed=""
 # A failing test's log: the lines that say what failed (they may be far
 # from the end when a test runs several configurations), then its tail.
@@ -28,8 +29,13 @@ show_failure() {
 run_one() {
 	t=$1 bin="$dir/$1" log="$logdir/$1.log" res="$logdir/$1.res"
 	start=$(date +%s%N)
-	timeout -k 5 "$timeout_s" "$bin" >"$log" 2>&1
+	# (timeout puts itself in a process group of its own, out of a
+	# terminal's Ctrl-C: the trap below passes the signal on.)
+	timeout -k 5 "$timeout_s" "$bin" >"$log" 2>&1 &
+	echo $! >"$logdir/$t.pid"
+	wait $!
 	rc=$?
+	rm -f "$logdir/$t.pid"
 	secs=$(awk "BEGIN { printf \"%.1f\", ($(date +%s%N) - $start) / 1e9 }")
 	case $rc in
 	0) echo pass; echo "PASS  $t (${secs}s)" ;;
@@ -67,6 +73,13 @@ wait_below() {	# until fewer than $1 tests run
 		reap
 	done
 }
+stop() {
+	for p in "$logdir"/*.pid; do
+		[ -f "$p" ] && kill -TERM "$(cat "$p")" 2>/dev/null
+	done
+	exit 130
+}
+trap stop INT TERM
 tests=${TESTS:-$(cd "$dir" && ls | grep '^test_' | sort)}
 # The longest first (under the sanitizers too), so that the last test
 # to end is not one that started last; the one that runs alone before.
