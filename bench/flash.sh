@@ -118,24 +118,28 @@ else
 	say "no writable cgroup v1 memory controller: the budget binds only" \
 		"sparsebuf's pool (the baselines' page cache is not limited)"
 fi
-# Scattered FFN pages are one kernel mapping each (two with the gaps):
-# make room for the window's bundles when we may.
-# What a run killed by kill -9 (no trap sees it) left: its cgroups, the
-# sbflash it was waiting for still running in one, a raised
-# vm.max_map_count (scripts/knob.sh puts that back).
+# What a run killed by kill -9 (no trap sees it) left: its cgroups, named
+# sbflash-PID-START-MODE (START, the script's start time, tells a reused
+# PID apart), the sbflash it was waiting for still running in one, a
+# raised vm.max_map_count (scripts/knob.sh puts that back).
 knob_stale
+me="$$-$(knob_start $$)"
 if [ $use_cg = 1 ]; then
 	for c in "$cgroot"/sbflash-*; do
 		[ -d "$c" ] || continue
 		p=${c#"$cgroot"/sbflash-}
-		p=${p%%-*}
-		grep -qs 'flash\.sh' "/proc/$p/cmdline" && continue
+		st=${p#*-}
+		p=${p%%-*} st=${st%%-*}
+		[ -n "$(knob_start "$p")" ] && [ "$(knob_start "$p")" = "$st" ] &&
+			continue	# a run going on
 		left=$(cat "$c/cgroup.procs" 2>/dev/null | tr '\n' ' ')
 		if [ -n "$left" ]; then
-			say "a killed run's $(cat /proc/${left%% *}/comm 2>/dev/null) is still running in $c (pid $left): killing it"
+			say "a killed run's $(cat /proc/${left%% *}/comm 2>/dev/null) is still running in $c (pid ${left% }): killing it"
 			kill -9 $left 2>/dev/null
 			i=0
-			while [ -s "$c/cgroup.procs" ] && [ $i -lt 50 ]; do
+			# (cgroup files have no size: read them)
+			while [ -n "$(cat "$c/cgroup.procs" 2>/dev/null)" ] &&
+				[ $i -lt 50 ]; do
 				sleep 0.1; i=$((i + 1))
 			done
 		fi
@@ -146,8 +150,6 @@ if [ $use_cg = 1 ]; then
 		fi
 	done
 fi
-need=$(awk "BEGIN { printf \"%.0f\", 3 * $budget / 4096 + 65536 }")
-old_maps=$(cat /proc/sys/vm/max_map_count)
 cgs=""
 cleanup() {
 	knob_restore
@@ -156,14 +158,20 @@ cleanup() {
 trap cleanup EXIT
 # (PIPE: a reader of the output gone, as with | head, ends the run
 # through the trap rather than kill it.)
-trap 'exit 130' INT TERM HUP PIPE
-if [ "$old_maps" -lt "$need" ]; then
-	if [ -w /proc/sys/vm/max_map_count ] &&
-		knob_set /proc/sys/vm/max_map_count "$need"; then
-		say "vm.max_map_count $old_maps -> $need for this run"
-	else
-		say "vm.max_map_count is $old_maps: sparsebuf may run out of mappings"
-	fi
+trap 'exit 130' INT TERM
+trap 'exit 129' HUP
+trap 'exit 141' PIPE
+# Scattered FFN pages are one kernel mapping each (two with the gaps):
+# make room for the window's bundles when we may. Held for the run (a
+# run beside this one that raised it further keeps it raised until both
+# end).
+need=$(awk "BEGIN { printf \"%.0f\", 3 * $budget / 4096 + 65536 }")
+old_maps=$(cat /proc/sys/vm/max_map_count)
+if [ -w /proc/sys/vm/max_map_count ] &&
+	knob_set /proc/sys/vm/max_map_count "$need" raise; then
+	[ $knob_changed = 1 ] && say "vm.max_map_count $old_maps -> $need for this run"
+elif [ "$old_maps" -lt "$need" ]; then
+	say "vm.max_map_count is $old_maps: sparsebuf may run out of mappings"
 fi
 
 progress=--no-progress
@@ -196,7 +204,7 @@ run() {
 		-k "$k" --steps "$steps" --seed "$seed" --threads "$threads" \
 		--logits "$logits" --json $progress
 	if [ "$limit" != 0 ] && [ $use_cg = 1 ]; then
-		cg="$cgroot/sbflash-$$-$mode"
+		cg="$cgroot/sbflash-$me-$mode"
 		mkdir -p "$cg" && cgs="$cgs $cg"
 		echo "$limit" > "$cg/memory.limit_in_bytes"
 		res=$(sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@" | tail -n 1)
@@ -225,7 +233,7 @@ perf_run() {
 		-k "$k" --steps "$steps" --seed "$seed" --threads "$threads" \
 		--no-progress --json
 	if [ "$limit" != 0 ] && [ $use_cg = 1 ]; then
-		cg="$cgroot/sbflash-$$-perf-$mode"
+		cg="$cgroot/sbflash-$me-perf-$mode"
 		mkdir -p "$cg" && cgs="$cgs $cg"
 		echo "$limit" > "$cg/memory.limit_in_bytes"
 		set -- sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@"

@@ -63,6 +63,8 @@ echo "(shmem_enabled is changed for each run; if this is killed, restore" \
 	"it: echo $was > $knob)"
 trap knob_restore EXIT
 trap 'exit 130' INT TERM
+trap 'exit 129' HUP
+trap 'exit 141' PIPE
 echo "CPU: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1), $(date -u '+%Y-%m-%d %H:%M UTC')"
 # The kernels' best variant here (they dispatch at run time the same way).
 isa=scalar

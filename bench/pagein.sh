@@ -52,6 +52,8 @@ if [ -w "$thp" ]; then
 	echo "(shmem_enabled is set for the next run; if this is killed, restore it: echo $was > $thp)"
 	trap knob_restore EXIT
 	trap 'exit 130' INT TERM
+	trap 'exit 129' HUP
+	trap 'exit 141' PIPE
 	for mode in "$was" within_size; do
 		echo
 		echo "=== sequential, 2 MiB pages, shmem_enabled=$mode (heap folios; restored to $was after)"
@@ -59,7 +61,7 @@ if [ -w "$thp" ]; then
 		"$build/bench/pagein" "$@" --only seq --page-size 2M || true
 	done
 	knob_restore
-	trap - EXIT INT TERM
+	trap - EXIT INT TERM HUP PIPE
 fi
 echo
 echo "=== fault counts (bench/pagein-perf.sh)"

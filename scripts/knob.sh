@@ -1,85 +1,163 @@
 # System settings a script changes for its run, and puts back. Sourced by
 # the bench and test scripts that change one (vm.max_map_count,
-# shmem_enabled); sparsebuf itself never changes them.
+# shmem_enabled) and by tests/run.sh; sparsebuf itself never changes them.
 #
-#   knob_stale               put back what a killed run left changed
-#   knob_set FILE VALUE      write VALUE to FILE, noting its value first
-#   knob_restore             put back every FILE this run changed
-#   knob_value FILE          the value now (the [chosen] word of a sysfs
-#                            choice list such as shmem_enabled)
+#   knob_set FILE VALUE [raise]   hold FILE at VALUE for this run (raise:
+#                                 at least VALUE; a larger value stays).
+#                                 Returns 1 when the note cannot be kept
+#                                 (nothing changed), 2 when another live
+#                                 run holds FILE at another value (said)
+#   knob_restore                  this run lets go of what it holds
+#   knob_stale                    let go for runs that are gone
+#   knob_value FILE               the value now (the [chosen] word of a
+#                                 sysfs choice list such as shmem_enabled)
+#   knob_changed                  1 when the last knob_set wrote FILE
 #
-# The exit trap puts a setting back, but no trap sees a kill -9. So before
-# the first change of a FILE, a note "PID START FILE VALUE" goes into
-# /run/sparsebuf-knobs (a tmpfs: gone at a reboot, as the changes are;
-# SPARSEBUF_KNOB_DIR elsewhere, as test_cli does), and the next
-# script that calls knob_stale puts back the value of any note whose
-# process is gone (PID, and START, its start time, against a reused PID).
-# A note whose process lives is another run's: that run puts it back, and
-# this one changes FILE without a note of its own.
+# The exit trap lets go, but no trap sees a kill -9. So each FILE held has
+# a directory of notes in /run/sparsebuf-knobs (SPARSEBUF_KNOB_DIR
+# elsewhere, as test_cli does): `orig`, the value before the first holder
+# changed it, with the boot it was read in; `set`, the last value a holder
+# wrote; a file for each holder, named PID.START (START, the process's
+# start time, tells a reused PID apart). The value goes back when the
+# last live holder lets go, or, after a kill -9, when the next script
+# calls knob_stale: only if FILE still holds what the holders set (someone
+# may have set it since), and never from a note of an earlier boot (/run
+# may not be a tmpfs). Every change of the notes is made under flock(1)
+# on $knob_dir/.lock (file descriptor 9), so that two runs starting or
+# ending together cannot undo each other.
 # (Its functions set only variables named knob_*: a sourced file's
 # variables are the script's.)
 knob_dir=${SPARSEBUF_KNOB_DIR:-/run/sparsebuf-knobs}
 knob_owned=""
+knob_changed=0
 
 knob_value() {
 	sed 's/.*\[\(.*\)\].*/\1/' "$1"
 }
 
 # The start time of process $1 (field 22 of /proc/PID/stat, after the
-# command's closing parenthesis), empty when it is gone.
+# command's closing parenthesis), empty when it is gone, or dead and not
+# yet reaped (a zombie: a killed script whose parent went first waits
+# for an init that may never reap it).
 knob_start() {
-	sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20
+	sed 's/.*) //' "/proc/$1/stat" 2>/dev/null |
+		awk '$1 != "Z" && $1 != "X" { print $20 }'
 }
 
-knob_note() {
+knob_boot() {
+	cat /proc/sys/kernel/random/boot_id 2>/dev/null
+}
+
+knob_key() {
 	echo "$knob_dir/$(echo "$1" | tr / :)"
 }
 
-# knob_alive NOTE: whether the run that wrote NOTE still runs.
-knob_alive() {
-	set -- $(cat "$1" 2>/dev/null)
-	[ $# -ge 4 ] && [ -n "$(knob_start "$1")" ] &&
-		[ "$(knob_start "$1")" = "$2" ]
+knob_lock() {
+	mkdir -p "$knob_dir" 2>/dev/null && exec 9>>"$knob_dir/.lock" &&
+		flock 9
+}
+
+knob_unlock() {
+	flock -u 9
+	exec 9>&-
+}
+
+# knob_put FILE VALUE: write it into a note atomically.
+knob_put() {
+	echo "$2" >"$1.$$" && mv "$1.$$" "$1"
+}
+
+# knob_sweep KEYDIR: drop the holders that are gone; with none left, put
+# the value back and drop the notes. Under the lock.
+knob_sweep() {
+	knob_live=0
+	for knob_h in "$1"/[0-9]*; do
+		[ -f "$knob_h" ] || continue
+		knob_p=${knob_h##*/}
+		if [ -n "$(knob_start "${knob_p%%.*}")" ] &&
+			[ "$(knob_start "${knob_p%%.*}")" = "${knob_p#*.}" ]; then
+			knob_live=$((knob_live + 1))
+		else
+			rm -f "$knob_h"
+		fi
+	done
+	[ $knob_live = 0 ] || return 0
+	[ -f "$1/orig" ] || { rm -rf "$1"; return 0; }
+	set -- "$1" $(cat "$1/orig")	# KEYDIR BOOT FILE VALUE...
+	knob_k=$1 knob_b=$2 knob_f=$3
+	shift 3
+	if [ "$knob_b" != "$(knob_boot)" ] || [ ! -f "$knob_k/set" ]; then
+		rm -rf "$knob_k"	# another boot's, or never changed
+	elif [ "$(knob_value "$knob_f")" != "$(cat "$knob_k/set")" ]; then
+		echo "($knob_f left at $(knob_value "$knob_f"): set since a" \
+			"run that held it at $(cat "$knob_k/set") ended)" >&2
+		rm -rf "$knob_k"
+	elif echo "$*" >"$knob_f"; then
+		rm -rf "$knob_k"
+	else
+		echo "(cannot put $knob_f back to $*: notes kept in $knob_k)" >&2
+	fi
 }
 
 knob_stale() {
-	[ -d "$knob_dir" ] || return 0
-	for knob_n in "$knob_dir"/*; do
-		[ -f "$knob_n" ] || continue
-		knob_alive "$knob_n" && continue
-		knob_f=$(cut -d' ' -f3 "$knob_n")
-		knob_v=$(cut -d' ' -f4- "$knob_n")
-		if [ -w "$knob_f" ] && echo "$knob_v" >"$knob_f"; then
-			echo "($knob_f put back to $knob_v: a run killed before" \
-				"it could (pid $(cut -d' ' -f1 "$knob_n")) had" \
-				"changed it)" >&2
-		fi
-		rm -f "$knob_n"
+	[ -d "$knob_dir" ] && [ -w "$knob_dir" ] || return 0
+	knob_lock || return 0
+	for knob_d in "$knob_dir"/:*; do
+		[ -d "$knob_d" ] || continue
+		knob_w=$(cut -d' ' -f2 "$knob_d/orig" 2>/dev/null)
+		knob_was=$(knob_value "$knob_w" 2>/dev/null)
+		knob_sweep "$knob_d"
+		[ -d "$knob_d" ] || [ -z "$knob_w" ] ||
+			[ "$(knob_value "$knob_w")" = "$knob_was" ] ||
+			echo "($knob_w put back to $(knob_value "$knob_w"):" \
+				"a run killed before it could had changed it)" >&2
 	done
+	knob_unlock
 }
 
 knob_set() {
-	case " $knob_owned " in
-	*" $1 "*) ;;
-	*)
-		knob_stale
-		knob_sn=$(knob_note "$1")
-		if ! knob_alive "$knob_sn"; then
-			mkdir -p "$knob_dir" &&
-				echo "$$ $(knob_start $$) $1 $(knob_value "$1")" \
-					>"$knob_sn.$$" &&
-				mv "$knob_sn.$$" "$knob_sn" || return 1
-			knob_owned="$knob_owned $1"
-		fi ;;
-	esac
-	echo "$2" >"$1"
+	knob_changed=0
+	knob_lock || return 1
+	knob_d=$(knob_key "$1")
+	knob_me="$$.$(knob_start $$)"
+	[ -d "$knob_d" ] && knob_sweep "$knob_d"
+	mkdir -p "$knob_d" || { knob_unlock; return 1; }
+	[ -f "$knob_d/orig" ] ||
+		knob_put "$knob_d/orig" "$(knob_boot) $1 $(knob_value "$1")" ||
+		{ knob_unlock; return 1; }
+	knob_cur=$(knob_value "$1")
+	if [ "${3:-}" = raise ]; then
+		[ "$knob_cur" -lt "$2" ] 2>/dev/null && knob_changed=1
+	elif [ "$knob_cur" != "$2" ]; then
+		for knob_h in "$knob_d"/[0-9]*; do
+			[ -f "$knob_h" ] && [ "${knob_h##*/}" != "$knob_me" ] || continue
+			echo "$1 is held at $knob_cur by another run" \
+				"(pid ${knob_h##*/}): not changed" >&2
+			knob_unlock
+			return 2
+		done
+		knob_changed=1
+	fi
+	knob_put "$knob_d/$knob_me" "$2" || { knob_unlock; return 1; }
+	case " $knob_owned " in *" $1 "*) ;; *) knob_owned="$knob_owned $1" ;; esac
+	if [ $knob_changed = 1 ]; then
+		if ! knob_put "$knob_d/set" "$2" || ! echo "$2" >"$1"; then
+			knob_changed=0
+			knob_unlock
+			return 1
+		fi
+	fi
+	knob_unlock
 }
 
 knob_restore() {
+	[ -n "$knob_owned" ] || return 0
+	knob_lock || return 0
 	for knob_rf in $knob_owned; do
-		knob_rn=$(knob_note "$knob_rf")
-		[ -f "$knob_rn" ] && cut -d' ' -f4- "$knob_rn" >"$knob_rf" &&
-			rm -f "$knob_rn"
+		knob_d=$(knob_key "$knob_rf")
+		rm -f "$knob_d/$$.$(knob_start $$)"
+		[ -d "$knob_d" ] && knob_sweep "$knob_d"
 	done
 	knob_owned=""
+	knob_unlock
 }

@@ -26,5 +26,7 @@ echo "(shmem_enabled is within_size for this run; if it is killed," \
 	"restore it: echo $was > $knob)"
 trap knob_restore EXIT
 trap 'exit 130' INT TERM
+trap 'exit 129' HUP
+trap 'exit 141' PIPE
 knob_set "$knob" within_size || exit 1
 tests/run.sh "$build/tests"

@@ -14,8 +14,14 @@ jobs=${TEST_JOBS:-2}
 case $jobs in '' | *[!0-9]* | 0) jobs=1 ;; esac
 alone=" test_inject "
 logdir="$dir/logs"
-mkdir -p "$logdir"
-rm -f "$logdir"/*.pid	# a killed run's: never signal a reused pid
+# This run's reports and the pids of its timeouts, apart from any other
+# run's (one interrupted a moment ago may still be ending).
+state="$logdir/.run-$$"
+mkdir -p "$state" || exit 1
+# A setting a killed bench or test script left changed (a raised
+# vm.max_map_count makes tests skip) goes back first.
+. "$(dirname "$0")/../scripts/knob.sh"
+knob_stale
 pass=0 fail=0 skip=0 failed=""
 # A failing test's log: the lines that say what failed (they may be far
 # from the end when a test runs several configurations), then its tail.
@@ -25,17 +31,17 @@ show_failure() {
 	tail -n 20 "$1" | sed 's/^/      /'
 }
 # run_one TEST: run it; its report (one word, pass, fail or skip, then
-# the lines to print) goes to $logdir/TEST.res, complete once renamed.
+# the lines to print) goes to $state/TEST.res, complete once renamed.
 run_one() {
-	t=$1 bin="$dir/$1" log="$logdir/$1.log" res="$logdir/$1.res"
+	t=$1 bin="$dir/$1" log="$logdir/$1.log" res="$state/$1.res"
 	start=$(date +%s%N)
 	# (timeout puts itself in a process group of its own, out of a
-	# terminal's Ctrl-C: the trap below passes the signal on.)
+	# terminal's Ctrl-C: stop() passes the signal on.)
 	timeout -k 5 "$timeout_s" "$bin" >"$log" 2>&1 &
-	echo $! >"$logdir/$t.pid"
+	echo $! >"$state/$t.pid"
 	wait $!
 	rc=$?
-	rm -f "$logdir/$t.pid"
+	rm -f "$state/$t.pid"
 	secs=$(awk "BEGIN { printf \"%.1f\", ($(date +%s%N) - $start) / 1e9 }")
 	case $rc in
 	0) echo pass; echo "PASS  $t (${secs}s)" ;;
@@ -45,22 +51,38 @@ run_one() {
 	esac >"$res.part"
 	mv "$res.part" "$res"
 }
-# Print and count the reports of the tests that ended; sets $running.
+# Print and count the reports of the tests that ended; sets $running
+# (TEST:PID of the shell running it). A shell gone without a report (it
+# was killed) is a failure, not a wait for ever.
 running=""
+count_report() {	# TEST REPORT
+	case $(head -n 1 "$2") in
+	pass) pass=$((pass + 1)) ;;
+	skip) skip=$((skip + 1)) ;;
+	*) fail=$((fail + 1)); failed="$failed $1" ;;
+	esac
+	tail -n +2 "$2"
+	rm -f "$2"
+}
+# Alive, and not a zombie waiting for this shell to reap it.
+running_pid() {
+	case $(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1) in
+	'' | Z) return 1 ;;
+	esac
+}
 reap() {
 	still=""
-	for r in $running; do
-		res="$logdir/$r.res"
-		if [ -f "$res" ]; then
-			case $(head -n 1 "$res") in
-			pass) pass=$((pass + 1)) ;;
-			skip) skip=$((skip + 1)) ;;
-			*) fail=$((fail + 1)); failed="$failed $r" ;;
-			esac
-			tail -n +2 "$res"
-			rm -f "$res"
+	for e in $running; do
+		r=${e%%:*}
+		if [ -f "$state/$r.res" ]; then
+			count_report "$r" "$state/$r.res"
+		elif running_pid "${e#*:}"; then
+			still="$still $e"
+		elif [ -f "$state/$r.res" ]; then
+			count_report "$r" "$state/$r.res"
 		else
-			still="$still $r"
+			fail=$((fail + 1)); failed="$failed $r"
+			echo "FAIL  $r: its runner ended without a report"
 		fi
 	done
 	running=$still
@@ -74,9 +96,11 @@ wait_below() {	# until fewer than $1 tests run
 	done
 }
 stop() {
-	for p in "$logdir"/*.pid; do
+	for p in "$state"/*.pid; do
 		[ -f "$p" ] && kill -TERM "$(cat "$p")" 2>/dev/null
 	done
+	wait
+	rm -rf "$state"
 	exit 130
 }
 trap stop INT TERM
@@ -94,16 +118,19 @@ if [ "$jobs" -gt 1 ]; then
 	done
 	tests=$order
 fi
+seen=" "
 for t in $tests; do
 	[ -x "$dir/$t" ] || continue
-	rm -f "$logdir/$t.res" "$logdir/$t.res.part"
+	case $seen in *" $t "*) continue ;; esac	# named twice: once
+	seen="$seen$t "
 	case $alone in
-	*" $t "*) wait_below 1; running=$t; run_one "$t"; reap ;;
-	*) wait_below "$jobs"; running="$running $t"; run_one "$t" & ;;
+	*" $t "*) wait_below 1; run_one "$t"; count_report "$t" "$state/$t.res" ;;
+	*) wait_below "$jobs"; run_one "$t" & running="$running $t:$!" ;;
 	esac
 done
 wait_below 1
 wait
+rm -rf "$state"
 [ -n "$failed" ] && echo "failed:$failed (logs in $logdir)"
 if [ "$skip" -gt 0 ]; then
 	echo "$pass passed, $fail failed, $skip skipped"

@@ -1351,21 +1351,58 @@ static void knobs(void)
 		show("knob_stale", &r);
 		FAIL("after knob_stale: %ld", knob_read(knob));
 	}
-	/* A run that lives keeps its change (the look is another run's);
-	 * its exit trap puts it back. */
+	/* A run that lives keeps its change from another's look, and from
+	 * another's change to a different value (refused, status 2); its
+	 * exit trap puts it back. */
 	snprintf(sh, sizeof(sh),
 		 "K=%s/scripts/knob.sh; F=%s; "
-		 "(. $K; trap knob_restore EXIT; knob_set $F 700; sleep 1) & "
-		 "sleep 0.3; (. $K; knob_stale); cat $F; wait; cat $F",
+		 "sh -c \". $K; trap knob_restore EXIT; knob_set $F 700; "
+		 "sleep 1\" & sleep 0.3; sh -c \". $K; knob_stale\"; cat $F; "
+		 "sh -c \". $K; knob_set $F 800\"; echo $?; cat $F; wait; "
+		 "cat $F",
 		 src, knob);
 	run(&r, TIMEOUT_S, "/bin/sh", "-c", sh, NULL);
-	if (r.code != 0 || strcmp(r.out, "700\n100\n")) {
-		show("knob_stale beside a live run", &r);
+	if (r.code != 0 || strcmp(r.out, "700\n2\n700\n100\n")) {
+		show("knob_stale and knob_set beside a live run", &r);
 		FAIL("a live run's setting taken, or not put back at its exit");
 	}
-	CHECK(rmdir(notes) == 0 || errno == ENOENT);
+	/* Raised by two runs: it stays raised until the last one ends. */
+	snprintf(sh, sizeof(sh),
+		 "K=%s/scripts/knob.sh; F=%s; "
+		 "sh -c \". $K; trap knob_restore EXIT; knob_set $F 500 raise; "
+		 "sleep 0.6\" & sleep 0.3; sh -c \". $K; trap knob_restore "
+		 "EXIT; knob_set $F 400 raise; sleep 0.6; cat $F\"; wait; "
+		 "cat $F",
+		 src, knob);
+	run(&r, TIMEOUT_S, "/bin/sh", "-c", sh, NULL);
+	if (r.code != 0 || strcmp(r.out, "500\n100\n")) {
+		show("two runs raising", &r);
+		FAIL("a raise let go of while another run held it");
+	}
+	/* Set by someone else after a killed run: left as it is. */
+	snprintf(sh, sizeof(sh),
+		 "K=%s/scripts/knob.sh; F=%s; "
+		 "sh -c \". $K; knob_set $F 500; kill -9 \\$\\$\"; "
+		 "echo 900 >$F; sh -c \". $K; knob_stale\"; cat $F",
+		 src, knob);
+	run(&r, TIMEOUT_S, "/bin/sh", "-c", sh, NULL);
+	if (r.code != 0 || strcmp(r.out, "900\n") ||
+	    !strstr(r.err, "left at 900")) {
+		show("knob_stale after a change by someone else", &r);
+		FAIL("a value set since was overwritten");
+	}
+	{
+		/* Nothing left but the lock file. */
+		char lk[PATH_MAX + 64];
+
+		snprintf(lk, sizeof(lk), "%s/.lock", notes);
+		unlink(lk);
+		if (rmdir(notes) != 0 && errno != ENOENT)
+			FAIL("notes left in %s: %s", notes, strerror(errno));
+	}
 	unsetenv("SPARSEBUF_KNOB_DIR");
-	printf("knobs: put back after kill -9, kept while the run lives\n");
+	printf("knobs: put back after kill -9, kept while a run lives, "
+	       "raised until the last run ends, left when set since\n");
 }
 
 static void locate(void)
