@@ -17,21 +17,27 @@ LIBDIR ?= $(PREFIX)/lib
 INCDIR ?= $(PREFIX)/include
 BINDIR ?= $(PREFIX)/bin
 SAN ?=
-ifeq ($(SAN),asan)
-BUILD ?= build-asan
-SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-else ifeq ($(SAN),tsan)
-BUILD ?= build-tsan
-SANFLAGS := -fsanitize=thread
-else ifeq ($(SAN),lockcheck)
 # The lock rules checked (lib/lockcheck.c): every pthread lock call goes
 # through a wrapper that knows each thread's locks and their order.
-BUILD ?= build-lockcheck
 LOCK_WRAP := pthread_mutex_lock pthread_mutex_trylock pthread_mutex_unlock \
 	pthread_mutex_destroy pthread_rwlock_rdlock pthread_rwlock_wrlock \
 	pthread_rwlock_tryrdlock pthread_rwlock_trywrlock pthread_rwlock_unlock \
 	pthread_rwlock_destroy
-SANFLAGS := -DSBI_LOCK_DEBUG $(foreach f,$(LOCK_WRAP),-Wl,--wrap=$(f))
+LOCKFLAGS := -DSBI_LOCK_DEBUG $(foreach f,$(LOCK_WRAP),-Wl,--wrap=$(f))
+ifeq ($(SAN),asan)
+BUILD ?= build-asan
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+else ifeq ($(SAN),asan-lockcheck)
+# Both in one build and one run of the suite (CI: one suite less).
+BUILD ?= build-asan-lockcheck
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+	-fno-omit-frame-pointer $(LOCKFLAGS)
+else ifeq ($(SAN),tsan)
+BUILD ?= build-tsan
+SANFLAGS := -fsanitize=thread
+else ifeq ($(SAN),lockcheck)
+BUILD ?= build-lockcheck
+SANFLAGS := $(LOCKFLAGS)
 else
 BUILD ?= build
 SANFLAGS :=
@@ -44,7 +50,11 @@ OPT ?= -O2
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS_ALL := -std=gnu11 $(OPT) -g $(WARN) -D_GNU_SOURCE -fPIC $(SANFLAGS) $(CFLAGS)
 LIBS := -luring -lnuma -lpthread
+comma := ,
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
+# A program of the shared library's: its lock wrappers are the library's
+# own (with ASan, --wrap here would also rename the library's imports).
+LDFLAGS_SO_USER := $(filter-out -Wl$(comma)--wrap=%,$(LDFLAGS_ALL))
 
 ifeq ($(V),1)
 Q :=
@@ -142,7 +152,8 @@ $(LIB_SO): $(LIB_OBJ) lib/sparsebuf.map
 $(BUILD)/tests/test_shared: tests/test_shared.c $(LIB_SO) tests/harness.h
 	@mkdir -p $(dir $@)
 	@echo "  CCLD    $@"
-	$(Q)$(CC) $(CFLAGS_ALL) $(INC) -o $@ $< $(LDFLAGS_ALL) -L$(BUILD)/lib \
+	$(Q)$(CC) $(filter-out -Wl$(comma)--wrap=%,$(CFLAGS_ALL)) $(INC) -o $@ $< \
+		$(LDFLAGS_SO_USER) -L$(BUILD)/lib \
 		-Wl,-rpath,$(abspath $(BUILD)/lib) -lsparsebuf -lpthread
 
 $(BUILD)/tests/%: tests/%.c $(LIB_A) $(EXTRA_A) $(RUNNER_OBJ) tests/harness.h tests/harness_internal.h $(COMMON_HDR)
@@ -207,8 +218,10 @@ deps-bench:
 	@scripts/deps.sh linux-perf gnuplot-nox fio
 
 # Dependencies first (a sub-make, so that even make -j builds after them).
+# The build uses every CPU unless make was given -j itself.
+NPROC := $(shell nproc 2>/dev/null || echo 1)
 test: deps-test
-	@$(MAKE) --no-print-directory test-build
+	@$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(NPROC)) test-build
 	@scripts/layers.sh $(BUILD)
 	@tests/run.sh $(BUILD)/tests
 
@@ -217,9 +230,10 @@ test-daemon: test-build
 	@scripts/test-daemon.sh $(BUILD)
 
 # The suite again with huge folios in the heaps (shmem_enabled=within_size,
-# set for the run and restored; skipped where it cannot be).
+# set for the run and restored; skipped where it cannot be); test_stress
+# at a tenth of its million cycles (make test runs them all).
 test-folios: test-build
-	@scripts/test-folios.sh $(BUILD)
+	@SB_STRESS_CYCLES=$${SB_STRESS_CYCLES:-100000} scripts/test-folios.sh $(BUILD)
 
 # lib/'s layering (lib/LAYERS) against nm of its objects: no upward call,
 # no loop.
@@ -246,6 +260,12 @@ asan:
 lockcheck:
 	@SB_STRESS_CYCLES=$${SB_STRESS_CYCLES:-200000} \
 		$(MAKE) --no-print-directory SAN=lockcheck test
+
+# ASan and UBSan with the lock checks: both in one build and one run of
+# the suite (what CI runs).
+asan-lockcheck:
+	@ASAN_OPTIONS=$${ASAN_OPTIONS:-abort_on_error=0} \
+		$(MAKE) --no-print-directory SAN=asan-lockcheck test
 
 tsan:
 	@TSAN_OPTIONS=$${TSAN_OPTIONS:-die_after_fork=0} \
@@ -318,6 +338,6 @@ clean:
 	rm -rf build build-asan build-tsan
 
 
-.PHONY: examples-check man lockcheck layers test-daemon test-folios
+.PHONY: examples-check man lockcheck asan-lockcheck layers test-daemon test-folios
 .PHONY: all build-all lib tests bench-bin deps-check deps-test deps-bench test test-build demo asan tsan bench bench-pagein install format clean sparsebuf.pc
 .SECONDARY:
