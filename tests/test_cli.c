@@ -1319,6 +1319,24 @@ static long knob_read(const char *path)
 	return strtol(b, NULL, 10);
 }
 
+/* One shell snippet (K: knob.sh, F: the knob file) and what its stdout
+ * must be, its stderr hold (NULL: anything). */
+static void knob_case(const char *what, const char *knob, const char *body,
+		      const char *out, const char *err_has)
+{
+	char sh[PATH_MAX * 2 + 1024];
+	struct res r;
+
+	snprintf(sh, sizeof(sh), "K=%s/scripts/knob.sh; F=%s; %s", src, knob,
+		 body);
+	run(&r, TIMEOUT_S, "/bin/sh", "-c", sh, NULL);
+	if (r.code != 0 || strcmp(r.out, out) ||
+	    (err_has && !strstr(r.err, err_has))) {
+		show(what, &r);
+		FAIL("%s: stdout not \"%s\"", what, out);
+	}
+}
+
 static void knobs(void)
 {
 	char sh[PATH_MAX * 2 + 512];
@@ -1354,43 +1372,24 @@ static void knobs(void)
 	/* A run that lives keeps its change from another's look, and from
 	 * another's change to a different value (refused, status 2); its
 	 * exit trap puts it back. */
-	snprintf(sh, sizeof(sh),
-		 "K=%s/scripts/knob.sh; F=%s; "
-		 "sh -c \". $K; trap knob_restore EXIT; knob_set $F 700; "
-		 "sleep 1\" & sleep 0.3; sh -c \". $K; knob_stale\"; cat $F; "
-		 "sh -c \". $K; knob_set $F 800\"; echo $?; cat $F; wait; "
-		 "cat $F",
-		 src, knob);
-	run(&r, TIMEOUT_S, "/bin/sh", "-c", sh, NULL);
-	if (r.code != 0 || strcmp(r.out, "700\n2\n700\n100\n")) {
-		show("knob_stale and knob_set beside a live run", &r);
-		FAIL("a live run's setting taken, or not put back at its exit");
-	}
+	knob_case("knob_stale and knob_set beside a live run", knob,
+		  "sh -c \". $K; trap knob_restore EXIT; knob_set $F 700; "
+		  "sleep 1\" & sleep 0.3; sh -c \". $K; knob_stale\"; cat $F; "
+		  "sh -c \". $K; knob_set $F 800\"; echo $?; cat $F; wait; "
+		  "cat $F",
+		  "700\n2\n700\n100\n", NULL);
 	/* Raised by two runs: it stays raised until the last one ends. */
-	snprintf(sh, sizeof(sh),
-		 "K=%s/scripts/knob.sh; F=%s; "
-		 "sh -c \". $K; trap knob_restore EXIT; knob_set $F 500 raise; "
-		 "sleep 0.6\" & sleep 0.3; sh -c \". $K; trap knob_restore "
-		 "EXIT; knob_set $F 400 raise; sleep 0.6; cat $F\"; wait; "
-		 "cat $F",
-		 src, knob);
-	run(&r, TIMEOUT_S, "/bin/sh", "-c", sh, NULL);
-	if (r.code != 0 || strcmp(r.out, "500\n100\n")) {
-		show("two runs raising", &r);
-		FAIL("a raise let go of while another run held it");
-	}
+	knob_case("two runs raising", knob,
+		  "sh -c \". $K; trap knob_restore EXIT; knob_set $F 500 raise; "
+		  "sleep 0.6\" & sleep 0.3; sh -c \". $K; trap knob_restore "
+		  "EXIT; knob_set $F 400 raise; sleep 0.6; cat $F\"; wait; "
+		  "cat $F",
+		  "500\n100\n", NULL);
 	/* Set by someone else after a killed run: left as it is. */
-	snprintf(sh, sizeof(sh),
-		 "K=%s/scripts/knob.sh; F=%s; "
-		 "sh -c \". $K; knob_set $F 500; kill -9 \\$\\$\"; "
-		 "echo 900 >$F; sh -c \". $K; knob_stale\"; cat $F",
-		 src, knob);
-	run(&r, TIMEOUT_S, "/bin/sh", "-c", sh, NULL);
-	if (r.code != 0 || strcmp(r.out, "900\n") ||
-	    !strstr(r.err, "left at 900")) {
-		show("knob_stale after a change by someone else", &r);
-		FAIL("a value set since was overwritten");
-	}
+	knob_case("knob_stale after a change by someone else", knob,
+		  "sh -c \". $K; knob_set $F 500; kill -9 \\$\\$\"; "
+		  "echo 900 >$F; sh -c \". $K; knob_stale\"; cat $F",
+		  "900\n", "left at 900");
 	{
 		/* Nothing left but the lock file. */
 		char lk[PATH_MAX + 64];
