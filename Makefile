@@ -335,7 +335,7 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-lockcheck build-asan-lockcheck
 
 
 .PHONY: examples-check man lockcheck asan-lockcheck layers test-daemon test-folios
