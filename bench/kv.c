@@ -528,6 +528,7 @@ static const char *const cause_short[NCAUSE] = {
 struct probe {
 	long nivcsw, nvcsw;
 	uint64_t sync_prepares, faults;
+	uint64_t placed, touched;	/* pages; KV_DEBUG's touch backlog */
 	uint64_t kthread_ns;	/* CPU time of the watched kernel threads */
 	uint64_t steal;		/* this CPU's steal time, USER_HZ ticks */
 	long minflt;		/* this thread's minor faults (any) */
@@ -674,10 +675,12 @@ static void probe_pool(const struct strat *s, struct probe *p)
 {
 	struct sb_stats st;
 
-	p->sync_prepares = p->faults = 0;
+	p->sync_prepares = p->faults = p->placed = p->touched = 0;
 	if (s->pool && sb_pool_stats(s->pool, &st) == 0) {
 		p->sync_prepares = st.sync_prepares;
 		p->faults = st.faults;
+		p->placed = st.maps + st.fault_places;
+		p->touched = st.pages_touched;
 	}
 }
 
@@ -907,7 +910,8 @@ static void run(int id)
 				"threads %.0f us, steal +%llu ticks, minor "
 				"faults +%ld, involuntary "
 				"+%ld, voluntary +%ld, sync prepares +%llu, "
-				"faults +%llu)", t, t0 / 1e6, dt, t_grow,
+				"faults +%llu, pages placed not yet "
+				"touched %lld)", t, t0 / 1e6, dt, t_grow,
 				last_prepare, cause_name[why],
 				(double)(p1.kthread_ns - p0.kthread_ns) / 1e3,
 				(unsigned long long)(p1.steal - p0.steal),
@@ -916,7 +920,8 @@ static void run(int id)
 				p1.nvcsw - p0.nvcsw,
 				(unsigned long long)(p1.sync_prepares -
 						     p0.sync_prepares),
-				(unsigned long long)(p1.faults - p0.faults));
+				(unsigned long long)(p1.faults - p0.faults),
+				(long long)(p0.placed - p0.touched));
 		}
 		strat_commit(&s);
 		if (id == 1)

@@ -34,6 +34,17 @@
  *                       punch zaps and flushes)
  *   read into fresh     read() into fresh anonymous memory, then the first
  *   memory, then touch  touch from user mode (what loading weights costs)
+ *   anonymous, 4 KiB    MADV_POPULATE_WRITE of the same number of bytes of
+ *     / 2 MiB pages     anonymous memory, then the first touch of each
+ *                       4 KiB, with 4 KiB pages (MADV_NOHUGEPAGE) and with
+ *                       transparent huge pages (MADV_HUGEPAGE, 2 MiB
+ *                       aligned): a hypervisor that shadows page tables
+ *                       builds one entry per mapping, so a page mapped by
+ *                       its page directory costs it once per 2 MiB. n/a
+ *                       when the system gives no huge page (THP `never`,
+ *                       or none free). The first round's memory is fresh
+ *                       from the kernel, the later rounds' freed by the
+ *                       round before: the spread shows both
  *
  * Medians of --rounds rounds, microseconds a page. No target: the figures
  * explain others (docs/PERFORMANCE.md). process_madvise of this process
@@ -72,6 +83,7 @@ static int memfd;
 static int datafd;	/* npages * page bytes of data, for the read */
 static char *map;
 static size_t *idx;	/* the pages used, ascending */
+static size_t *dense_idx;	/* 0, 1, 2, ...: every page */
 static struct iovec *iov;
 static int pidfd = -1;
 
@@ -88,6 +100,10 @@ enum step {
 	PUNCH_MAPPED,
 	READ_FRESH,
 	TOUCH_READ,
+	ANON_POPULATE,
+	ANON_TOUCH,
+	HUGE_POPULATE,
+	HUGE_TOUCH,
 	NSTEPS
 };
 
@@ -104,6 +120,10 @@ static const char *const step_name[NSTEPS] = {
 	"punch, entries there",
 	"read() into fresh memory",
 	"first touch after read()",
+	"anonymous 4 KiB pages: populate",
+	"... first touch",
+	"anonymous 2 MiB pages: populate",
+	"... first touch",
 };
 
 static double t_step[NSTEPS][MAX_ROUNDS];
@@ -191,19 +211,63 @@ static int advise_all(int advice)
 		(bench_now_us() - t0_) / (double)npages;                      \
 	})
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#define HUGE_SIZE ((size_t)2 << 20)
+
+/* Huge pages of the process now, from /proc/self/smaps_rollup, in KiB. */
+static long anon_huge_kib(void)
+{
+	char line[256];
+	long kib = -1;
+	FILE *f = fopen("/proc/self/smaps_rollup", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "AnonHugePages: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+/* Anonymous memory of len bytes (2 MiB aligned), populated, then touched
+ * once a 4 KiB: the times of both in *pop and *touch, us a page. false:
+ * huge was asked for and the kernel gave none. */
+static bool anon_round(size_t len, bool huge, double *pop, double *touch)
+{
+	size_t span = len + HUGE_SIZE;
+	char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *p;
+	long before;
+	bool got = true;
+
+	if (raw == MAP_FAILED) {
+		perror("pagecost: mmap");
+		exit(1);
+	}
+	p = (char *)(((uintptr_t)raw + HUGE_SIZE - 1) & ~(HUGE_SIZE - 1));
+	if (madvise(p, len, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) < 0)
+		got = !huge;	/* no THP in this kernel */
+	before = anon_huge_kib();
+	/* len may pass the round's pages: its time a page of len. */
+	*pop = TIMED(madvise(p, len, MADV_POPULATE_WRITE)) * (double)npages /
+	       (double)(len / page);
+	if (huge && anon_huge_kib() <= before)
+		got = false;
+	*touch = TIMED(touch_all(p, dense_idx));
+	munmap(raw, span);
+	return got;
+}
+
 static void round_once(int r, const char *src)
 {
 	pthread_t th;
 	size_t len = npages * page;
-	size_t *dense = malloc(npages * sizeof(*dense));
 	char *fresh;
 
-	if (!dense) {
-		perror("pagecost");
-		exit(1);
-	}
-	for (size_t i = 0; i < npages; i++)
-		dense[i] = i;
 	/* Written, touched, touched again; dropped and punched. */
 	t_step[WRITE][r] = TIMED(write_all(src));
 	t_step[FIRST_TOUCH][r] = TIMED(touch_all(map, idx));
@@ -233,9 +297,16 @@ static void round_once(int r, const char *src)
 		exit(1);
 	}
 	t_step[READ_FRESH][r] = TIMED(read_data(fresh, len));
-	t_step[TOUCH_READ][r] = TIMED(touch_all(fresh, dense));
+	t_step[TOUCH_READ][r] = TIMED(touch_all(fresh, dense_idx));
 	munmap(fresh, len);
-	free(dense);
+	/* Anonymous memory, 4 KiB pages and 2 MiB pages: whole huge pages,
+	 * as many bytes as cover the round's pages. */
+	len = (len + HUGE_SIZE - 1) & ~(HUGE_SIZE - 1);
+	anon_round(len, false, &t_step[ANON_POPULATE][r],
+		   &t_step[ANON_TOUCH][r]);
+	if (!anon_round(len, true, &t_step[HUGE_POPULATE][r],
+			&t_step[HUGE_TOUCH][r]))
+		na[HUGE_POPULATE] = na[HUGE_TOUCH] = true;
 }
 
 /* --spin: a thread of this process kept busy meanwhile, as a runner's
@@ -322,9 +393,10 @@ int main(int argc, char **argv)
 	}
 	map = mmap(NULL, span, PROT_READ, MAP_SHARED, memfd, 0);
 	idx = malloc(npages * sizeof(*idx));
+	dense_idx = malloc(npages * sizeof(*dense_idx));
 	iov = malloc(npages * sizeof(*iov));
 	src = malloc(page);
-	if (map == MAP_FAILED || !idx || !iov || !src) {
+	if (map == MAP_FAILED || !idx || !dense_idx || !iov || !src) {
 		perror("pagecost");
 		return 1;
 	}
@@ -340,6 +412,8 @@ int main(int argc, char **argv)
 			perror("pagecost: pwrite");
 			return 1;
 		}
+	for (size_t i = 0; i < npages; i++)
+		dense_idx[i] = i;
 	/* One page in each SPREAD, at a varying place: neighbours never. */
 	srand(1);
 	for (size_t i = 0; i < npages; i++) {
@@ -395,6 +469,7 @@ int main(int argc, char **argv)
 	}
 	free(src);
 	free(iov);
+	free(dense_idx);
 	free(idx);
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		fprintf(stderr, "pagecost: writing the report: %s\n",
