@@ -231,9 +231,9 @@ test-daemon: test-build
 
 # The suite again with huge folios in the heaps (shmem_enabled=within_size,
 # set for the run and restored; skipped where it cannot be); test_stress
-# at a tenth of its million cycles (make test runs them all).
+# at 20k of its million cycles (make test runs them all; the same paths).
 test-folios: test-build
-	@SB_STRESS_CYCLES=$${SB_STRESS_CYCLES:-100000} scripts/test-folios.sh $(BUILD)
+	@SB_STRESS_CYCLES=$${SB_STRESS_CYCLES:-20000} scripts/test-folios.sh $(BUILD)
 
 # lib/'s layering (lib/LAYERS) against nm of its objects: no upward call,
 # no loop.
@@ -252,23 +252,28 @@ demo: deps-bench
 # TSan refuses by default.
 asan:
 	@ASAN_OPTIONS=$${ASAN_OPTIONS:-abort_on_error=0} \
+	SB_STRESS_CYCLES=$${SB_STRESS_CYCLES:-20000} \
 		$(MAKE) --no-print-directory SAN=asan test
 
 # The whole suite with the lock order and the locks each function needs
-# checked (lib/lockcheck.c); test_stress at a fifth of its million cycles
-# (make test runs them all).
+# checked (lib/lockcheck.c); test_stress at 20k of its million cycles
+# (make test runs them all; the same paths and locks).
 lockcheck:
-	@SB_STRESS_CYCLES=$${SB_STRESS_CYCLES:-200000} \
+	@SB_STRESS_CYCLES=$${SB_STRESS_CYCLES:-20000} \
 		$(MAKE) --no-print-directory SAN=lockcheck test
 
 # ASan and UBSan with the lock checks: both in one build and one run of
-# the suite (what CI runs).
+# the suite (CI runs it with huge heap folios: make SAN=asan-lockcheck
+# test-folios). test_stress at 20k cycles, as in every suite after the
+# first.
 asan-lockcheck:
 	@ASAN_OPTIONS=$${ASAN_OPTIONS:-abort_on_error=0} \
+	SB_STRESS_CYCLES=$${SB_STRESS_CYCLES:-20000} \
 		$(MAKE) --no-print-directory SAN=asan-lockcheck test
 
 tsan:
 	@TSAN_OPTIONS=$${TSAN_OPTIONS:-die_after_fork=0} \
+	SB_STRESS_CYCLES=$${SB_STRESS_CYCLES:-20000} \
 		$(MAKE) --no-print-directory SAN=tsan test
 
 bench: deps-bench
