@@ -130,7 +130,7 @@ if [ $use_cg = 1 ]; then
 		p=${c#"$cgroot"/sbflash-}
 		st=${p#*-}
 		p=${p%%-*} st=${st%%-*}
-		[ -n "$(knob_start "$p")" ] && [ "$(knob_start "$p")" = "$st" ] &&
+		[ -n "$st" ] && [ "$(knob_start "$p")" = "$st" ] &&
 			continue	# a run going on
 		left=$(cat "$c/cgroup.procs" 2>/dev/null | tr '\n' ' ')
 		if [ -n "$left" ]; then

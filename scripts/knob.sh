@@ -74,7 +74,8 @@ knob_sweep() {
 	for knob_h in "$1"/[0-9]*; do
 		[ -f "$knob_h" ] || continue
 		knob_p=${knob_h##*/}
-		if [ -n "$(knob_start "${knob_p%%.*}")" ] &&
+		# (A start recorded, and the same process's now: alive.)
+		if [ -n "${knob_p#*.}" ] &&
 			[ "$(knob_start "${knob_p%%.*}")" = "${knob_p#*.}" ]; then
 			knob_live=$((knob_live + 1))
 		else
