@@ -309,7 +309,7 @@ static void release_over_limit(void)
 /* An application thread's own mappings, made and checked while the
  * library releases pages at the limit. */
 struct app_racer {
-	_Atomic bool go, stop;
+	_Atomic bool go, stop, leave;
 	long rounds, clobbered, inside;
 	const char *lo, *hi;	/* the buffer's range */
 };
@@ -338,6 +338,12 @@ static void *app_mmaps(void *arg)
 		munmap(q, 4 * KiB);
 		a->rounds++;
 	}
+	/* Not gone before the process is back under the limit: a
+	 * sanitizer maps afresh the shadow of a dead thread's stack, and
+	 * ASan died so once in CI ("failed to allocate 0xff000 bytes",
+	 * the shadow of 8 MiB). */
+	while (!atomic_load(&a->leave))
+		sched_yield();
 	return NULL;
 }
 
@@ -366,6 +372,7 @@ static void release_racing_app(void)
 	/* The thread first: a sanitizer's thread needs mappings. */
 	atomic_init(&a.go, false);
 	atomic_init(&a.stop, false);
+	atomic_init(&a.leave, false);
 	pthread_create(&th, NULL, app_mmaps, &a);
 	m = eat_mappings(page, &mlen);
 	made = over_limit(&nmade);
@@ -381,10 +388,11 @@ static void release_racing_app(void)
 		cycles++;
 	}
 	atomic_store(&a.stop, true);
-	pthread_join(th, NULL);
 	CHECK(no_hole(b));
 	over_limit_end(made, nmade);
 	free_mappings(m, mlen);
+	atomic_store(&a.leave, true);
+	pthread_join(th, NULL);
 	printf("releases racing an application's mmaps at the limit: %ld "
 	       "cycles, %ld mmaps, %ld inside the buffer, %ld clobbered\n",
 	       cycles, a.rounds, a.inside, a.clobbered);
