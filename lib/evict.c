@@ -296,6 +296,8 @@ static long write_once(struct sb_buf *buf, const size_t *idx, size_t n,
 	sbi_io_wait_init(&w, n);
 	for (size_t k = 0; k < n; k++) {
 		struct sbi_io *io = sbi_io_get(d->io);
+		sbi_pid pid = sbi_pte_page(buf->pte[idx[k]]);
+		uint32_t crc;
 
 		if (!io) {
 			r = -ENOMEM;
@@ -304,12 +306,20 @@ static long write_once(struct sb_buf *buf, const size_t *idx, size_t n,
 		io->write = true;
 		io->fd = d->spill_fd;
 		io->off = sbi_spill_off(d, slots[k]);
-		io->mem = sbi_pid_mem(pool, sbi_pte_page(buf->pte[idx[k]]));
+		io->mem = sbi_pid_mem(pool, pid);
 		io->len = pool->page_size;
 		io->wait = &w;
 		io->done = sbi_io_wait_done;
-		/* Write-protected: the bytes cannot change under us. */
-		sbi_spill_set_crc(d, slots[k], sbi_crc32c(io->mem, io->len));
+		/* Write-protected: the bytes cannot change under us. Read
+		 * through the heap's file, not the pool side (heap.c). */
+		r = sbi_heap_crc32c(sbi_pid_heap(pool, pid),
+				    sbi_pid_index(pool, pid), io->len,
+				    pool->page_size, &crc);
+		if (r < 0) {
+			sbi_io_put(d->io, io);
+			break;
+		}
+		sbi_spill_set_crc(d, slots[k], crc);
 		ios[nio++] = io;
 	}
 	if (r < 0) {
@@ -326,7 +336,7 @@ static long write_once(struct sb_buf *buf, const size_t *idx, size_t n,
 		for (size_t k = 0; k < nio; k++)
 			sbi_io_put(d->io, ios[k]);
 	}
-	/* Written from (and checksummed through) the pool side. */
+	/* Written from the pool side (the write maps it there). */
 	for (size_t k = 0; k < nio; k++)
 		sbi_pid_unmap_pool(pool, sbi_pte_page(buf->pte[idx[k]]));
 failed:

@@ -359,6 +359,14 @@ int sbi_heap_zero(struct sbi_heap *heap, uint32_t idx, uint32_t n,
  * -errno. */
 int sbi_heap_write(struct sbi_heap *heap, uint32_t idx, const void *src,
 		   size_t len, size_t page_size);
+/* The CRC-32C of the first len bytes of page idx, read through the heap's
+ * file (pread into a small buffer): 0 or -errno. Not through the pool-side
+ * mapping: a read from user mode there maps each 4 KiB into it, which on a
+ * host that shadows page tables costs 7-9 us of the hypervisor's per 4 KiB
+ * (bench/pagecost), 0.5 ms a 256 KiB page, and the entries must then be
+ * swept again (sbi_heap_unmap_pool). */
+int sbi_heap_crc32c(const struct sbi_heap *heap, uint32_t idx, size_t len,
+		    size_t page_size, uint32_t *crc);
 /* Back unbacked pages (their data is zero): sbi_heap_zero, unless the heap's
  * folios may be larger than a page (big_folios) and the range has memory
  * already. */
@@ -1610,9 +1618,11 @@ void sbi_replace_end(struct sbi_replace *r);
  * synchronously and check it: save. 0 or -EIO. */
 int sbi_pagein_read_sync(struct sb_buf *buf, size_t idx, void *mem);
 /* Check the data of page idx read from src into mem (res bytes): zero what
- * lies past the data, verify checksums. 0 or -EIO (pagein.c). */
+ * lies past the data, verify checksums. 0 or -EIO (pagein.c). pool_side:
+ * mem is the pool side of that page, whose spill checksum is then read
+ * through the heap's file (sbi_heap_crc32c); else NULL. */
 int sbi_src_check(struct sb_buf *buf, size_t idx, uint64_t src_pte,
-		  void *mem, ssize_t res);
+		  void *mem, const sbi_pid *pool_side, ssize_t res);
 /* The file position of a DISK entry's data. */
 void sbi_src_where(struct sb_buf *buf, size_t idx, uint64_t pte, int *fd,
 		   uint64_t *off, size_t *len);

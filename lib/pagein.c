@@ -98,7 +98,7 @@ void sbi_src_where(struct sb_buf *buf, size_t idx, uint64_t pte, int *fd,
 }
 
 int sbi_src_check(struct sb_buf *buf, size_t idx, uint64_t src_pte,
-		  void *mem, ssize_t res)
+		  void *mem, const sbi_pid *pool_side, ssize_t res)
 {
 	struct sb_pool *pool = buf->pool;
 	size_t ps = pool->page_size;
@@ -110,12 +110,18 @@ int sbi_src_check(struct sb_buf *buf, size_t idx, uint64_t src_pte,
 	if (res < 0)
 		return (int)res;
 	if (slot1) {
+		uint32_t crc;
+
 		if ((size_t)res != ps)
 			return -EIO;	/* the spill file lost data */
-		return sbi_crc32c(mem, ps) == sbi_spill_crc(pool->disk,
-							    slot1 - 1)
-			       ? 0
-			       : -EBADMSG;
+		if (!pool_side)
+			crc = sbi_crc32c(mem, ps);
+		else if (sbi_heap_crc32c(sbi_pid_heap(pool, *pool_side),
+					 sbi_pid_index(pool, *pool_side), ps,
+					 ps, &crc) < 0)
+			return -EIO;
+		return crc == sbi_spill_crc(pool->disk, slot1 - 1) ? 0
+								   : -EBADMSG;
 	}
 	valid = at < src->size ? (size_t)(src->size - at) : 0;
 	if (valid > ps)
@@ -349,7 +355,8 @@ static bool pagein_done(struct sbi_io *io)
 		if (io->inject)
 			io->res = io->inject;
 		r = sbi_src_check(buf, io->idx, io->src_pte,
-				  io->bounce ? io->bounce : io->mem, io->res);
+				  io->bounce ? io->bounce : io->mem,
+				  io->bounce ? NULL : &io->pid, io->res);
 		if (r == 0 && io->bounce)
 			r = bounce_write(pool, io);
 		io->ok = r == 0;
@@ -357,7 +364,7 @@ static bool pagein_done(struct sbi_io *io)
 		if (io->bounce) {
 			sbi_io_bounce_put(d->io, io);
 		} else {
-			/* Read into (and checked through) the pool side. */
+			/* Read into the pool side (the read maps it there). */
 			sbi_pid_unmap_pool(pool, io->pid);
 		}
 		if (r < 0)
@@ -945,7 +952,7 @@ int sbi_pagein_read_sync(struct sb_buf *buf, size_t idx, void *mem)
 	sbi_io_submit(d->io, &io, 1);
 	r = sbi_io_wait(&w);
 	if (r == 0)
-		r = sbi_src_check(buf, idx, pte, mem, io->res);
+		r = sbi_src_check(buf, idx, pte, mem, NULL, io->res);
 	sbi_io_put(d->io, io);
 	return r;
 }
