@@ -910,8 +910,9 @@ static void run(int id)
 				"threads %.0f us, steal +%llu ticks, minor "
 				"faults +%ld, involuntary "
 				"+%ld, voluntary +%ld, sync prepares +%llu, "
-				"faults +%llu, pages placed not yet "
-				"touched %lld)", t, t0 / 1e6, dt, t_grow,
+				"faults +%llu, at its start %lld pages "
+				"placed not yet touched by the ready "
+				"thread%s)", t, t0 / 1e6, dt, t_grow,
 				last_prepare, cause_name[why],
 				(double)(p1.kthread_ns - p0.kthread_ns) / 1e3,
 				(unsigned long long)(p1.steal - p0.steal),
@@ -921,7 +922,11 @@ static void run(int id)
 				(unsigned long long)(p1.sync_prepares -
 						     p0.sync_prepares),
 				(unsigned long long)(p1.faults - p0.faults),
-				(long long)(p0.placed - p0.touched));
+				(long long)(p0.placed - p0.touched),
+				/* Touches off (a host where a first
+				 * access is cheap): it touches none. */
+				p0.touched ? "" : ", which has touched none "
+						  "so far");
 		}
 		strat_commit(&s);
 		if (id == 1)

@@ -41,8 +41,10 @@
  *                       aligned): a hypervisor that shadows page tables
  *                       builds one entry per mapping, so a page mapped by
  *                       its page directory costs it once per 2 MiB. n/a
- *                       when the system gives no huge page (THP `never`,
- *                       or none free). The first round's memory is fresh
+ *                       when the system gives no huge pages for nearly all
+ *                       of it (THP `never`, or none free), or the kernel
+ *                       has no MADV_POPULATE_WRITE (before 5.14). The
+ *                       first round's memory is fresh
  *                       from the kernel, the later rounds' freed by the
  *                       round before: the spread shows both
  *
@@ -242,7 +244,7 @@ static bool anon_round(size_t len, bool huge, double *pop, double *touch)
 			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	char *p;
 	long before;
-	bool got = true;
+	bool got = true, populated = false;
 
 	if (raw == MAP_FAILED) {
 		perror("pagecost: mmap");
@@ -252,10 +254,14 @@ static bool anon_round(size_t len, bool huge, double *pop, double *touch)
 	if (madvise(p, len, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) < 0)
 		got = !huge;	/* no THP in this kernel */
 	before = anon_huge_kib();
-	/* len may pass the round's pages: its time a page of len. */
-	*pop = TIMED(madvise(p, len, MADV_POPULATE_WRITE)) * (double)npages /
-	       (double)(len / page);
-	if (huge && anon_huge_kib() <= before)
+	/* len may pass the round's pages: its time a page of len. A
+	 * kernel without MADV_POPULATE_WRITE (before 5.14): n/a. */
+	*pop = TIMED(populated = madvise(p, len, MADV_POPULATE_WRITE) == 0) *
+	       (double)npages / (double)(len / page);
+	if (!populated)
+		got = false;
+	/* Huge only if nearly all of it is: a mix measures neither. */
+	if (huge && anon_huge_kib() - before < (long)(len >> 10) * 9 / 10)
 		got = false;
 	*touch = TIMED(touch_all(p, dense_idx));
 	munmap(raw, span);
@@ -302,8 +308,9 @@ static void round_once(int r, const char *src)
 	/* Anonymous memory, 4 KiB pages and 2 MiB pages: whole huge pages,
 	 * as many bytes as cover the round's pages. */
 	len = (len + HUGE_SIZE - 1) & ~(HUGE_SIZE - 1);
-	anon_round(len, false, &t_step[ANON_POPULATE][r],
-		   &t_step[ANON_TOUCH][r]);
+	if (!anon_round(len, false, &t_step[ANON_POPULATE][r],
+			&t_step[ANON_TOUCH][r]))
+		na[ANON_POPULATE] = na[ANON_TOUCH] = true;
 	if (!anon_round(len, true, &t_step[HUGE_POPULATE][r],
 			&t_step[HUGE_TOUCH][r]))
 		na[HUGE_POPULATE] = na[HUGE_TOUCH] = true;
