@@ -16,7 +16,6 @@
 #include <numa.h>
 #include <numaif.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
@@ -192,28 +191,25 @@ int sbi_heap_write(struct sbi_heap *h, uint32_t idx, const void *src,
 int sbi_heap_crc32c(const struct sbi_heap *h, uint32_t idx, size_t len,
 		    size_t page_size, uint32_t *crc)
 {
-	enum { CHUNK = 64 << 10 };	/* in the cache, off the stack */
+	/* On the stack, not malloc'd: this runs at vm.max_map_count too
+	 * (a page-in's check), where an allocation that needs a new mapping
+	 * fails, and under ASan kills the process. */
+	char b[16 << 10];
 	off_t off = h->foff + (off_t)((size_t)idx * page_size);
-	char *b = malloc(len < CHUNK ? len : CHUNK);
 	uint32_t c = 0;
 	size_t done = 0;
 
-	if (!b)
-		return -ENOMEM;
 	while (done < len) {
-		size_t want = len - done < CHUNK ? len - done : CHUNK;
+		size_t want = len - done < sizeof(b) ? len - done : sizeof(b);
 		ssize_t r = pread(h->fd, b, want, off + (off_t)done);
 
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r <= 0) {
-			free(b);
+		if (r <= 0)
 			return r < 0 ? -errno : -EIO;
-		}
 		c = sbi_crc32c_update(c, b, (size_t)r);
 		done += (size_t)r;
 	}
-	free(b);
 	*crc = c;
 	return 0;
 }
