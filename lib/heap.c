@@ -195,20 +195,16 @@ int sbi_heap_crc32c(const struct sbi_heap *h, uint32_t idx, size_t len,
 	 * (a page-in's check), where an allocation that needs a new mapping
 	 * fails, and under ASan kills the process. */
 	char b[16 << 10];
-	off_t off = h->foff + (off_t)((size_t)idx * page_size);
+	uint64_t off = (uint64_t)h->foff + (uint64_t)idx * page_size;
 	uint32_t c = 0;
-	size_t done = 0;
 
-	while (done < len) {
+	for (size_t done = 0; done < len; done += sizeof(b)) {
 		size_t want = len - done < sizeof(b) ? len - done : sizeof(b);
-		ssize_t r = pread(h->fd, b, want, off + (off_t)done);
+		int r = sbi_file_read_all(h->fd, b, want, off + done);
 
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : -EIO;
-		c = sbi_crc32c_update(c, b, (size_t)r);
-		done += (size_t)r;
+		if (r < 0)
+			return r;
+		c = sbi_crc32c_update(c, b, want);
 	}
 	*crc = c;
 	return 0;

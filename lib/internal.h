@@ -360,12 +360,12 @@ int sbi_heap_zero(struct sbi_heap *heap, uint32_t idx, uint32_t n,
 int sbi_heap_write(struct sbi_heap *heap, uint32_t idx, const void *src,
 		   size_t len, size_t page_size);
 /* The CRC-32C of the first len bytes of page idx, read through the heap's
- * file (pread, 16 KiB at a time, into a buffer on the stack): 0 or -errno.
- * Not through the pool-side
- * mapping: a read from user mode there maps each 4 KiB into it, which on a
- * host that shadows page tables costs 7-9 us of the hypervisor's per 4 KiB
- * (bench/pagecost), 0.5 ms a 256 KiB page, and the entries must then be
- * swept again (sbi_heap_unmap_pool). */
+ * file (sbi_file_read_all, 16 KiB at a time, into a buffer on the stack):
+ * 0 or -errno. Not through the pool-side mapping: a read from user mode
+ * there maps each 4 KiB into it, which on a host that shadows page tables
+ * costs 7-9 us of the hypervisor's per 4 KiB (bench/pagecost), 0.5 ms a
+ * 256 KiB page, and the entries must then be swept again
+ * (sbi_heap_unmap_pool). */
 int sbi_heap_crc32c(const struct sbi_heap *heap, uint32_t idx, size_t len,
 		    size_t page_size, uint32_t *crc);
 /* Back unbacked pages (their data is zero): sbi_heap_zero, unless the heap's
