@@ -31,6 +31,8 @@ struct sbi_disk *sbi_disk_get(struct sb_pool *pool, int *err)
 		pthread_mutex_init(&d->done_lock, NULL);
 		SBI_LK_RANK(&d->spill_lock, SBI_RANK_LEAF, 0);
 		SBI_LK_RANK(&d->done_lock, SBI_RANK_LEAF, 0);
+		pthread_mutex_init(&d->crc_lock, NULL);
+		SBI_LK_RANK(&d->crc_lock, SBI_RANK_LEAF, 0);
 		pthread_cond_init(&d->done_cond, NULL);
 		d->done_want = UINT64_MAX;
 		pthread_cond_init(&d->punch_cond, NULL);
@@ -38,6 +40,7 @@ struct sbi_disk *sbi_disk_get(struct sb_pool *pool, int *err)
 		if (!d->io) {
 			pthread_mutex_destroy(&d->spill_lock);
 			pthread_mutex_destroy(&d->done_lock);
+			pthread_mutex_destroy(&d->crc_lock);
 			pthread_cond_destroy(&d->done_cond);
 			pthread_cond_destroy(&d->punch_cond);
 			free(d);
@@ -56,6 +59,20 @@ struct sbi_disk *sbi_disk_get(struct sb_pool *pool, int *err)
 out:
 	pthread_mutex_unlock(&pool->disk_lock);
 	return d;
+}
+
+int sbi_disk_page_crc(struct sbi_disk *d, sbi_pid pid, size_t len,
+		      uint32_t *crc)
+{
+	struct sb_pool *pool = d->pool;
+	int r;
+
+	pthread_mutex_lock(&d->crc_lock);
+	r = sbi_heap_crc32c(sbi_pid_heap(pool, pid), sbi_pid_index(pool, pid),
+			    len, pool->page_size, d->crc_buf,
+			    sizeof(d->crc_buf), crc);
+	pthread_mutex_unlock(&d->crc_lock);
+	return r;
 }
 
 void sbi_disk_destroy(struct sb_pool *pool)
@@ -83,6 +100,7 @@ void sbi_disk_destroy(struct sb_pool *pool)
 	sbi_meta_free(d->slot_extra, (size_t)d->slot_cap * sizeof(uint16_t));
 	pthread_mutex_destroy(&d->spill_lock);
 	pthread_mutex_destroy(&d->done_lock);
+	pthread_mutex_destroy(&d->crc_lock);
 	pthread_cond_destroy(&d->done_cond);
 	pthread_cond_destroy(&d->punch_cond);
 	free(d);

@@ -312,9 +312,7 @@ static long write_once(struct sb_buf *buf, const size_t *idx, size_t n,
 		io->done = sbi_io_wait_done;
 		/* Write-protected: the bytes cannot change under us. Read
 		 * through the heap's file, not the pool side (heap.c). */
-		r = sbi_heap_crc32c(sbi_pid_heap(pool, pid),
-				    sbi_pid_index(pool, pid), io->len,
-				    pool->page_size, &crc);
+		r = sbi_disk_page_crc(d, pid, io->len, &crc);
 		if (r < 0) {
 			sbi_io_put(d->io, io);
 			break;

@@ -189,22 +189,18 @@ int sbi_heap_write(struct sbi_heap *h, uint32_t idx, const void *src,
 }
 
 int sbi_heap_crc32c(const struct sbi_heap *h, uint32_t idx, size_t len,
-		    size_t page_size, uint32_t *crc)
+		    size_t page_size, void *scratch, size_t n, uint32_t *crc)
 {
-	/* On the stack, not malloc'd: this runs at vm.max_map_count too
-	 * (a page-in's check), where an allocation that needs a new mapping
-	 * fails, and under ASan kills the process. */
-	char b[16 << 10];
 	uint64_t off = (uint64_t)h->foff + (uint64_t)idx * page_size;
 	uint32_t c = 0;
 
-	for (size_t done = 0; done < len; done += sizeof(b)) {
-		size_t want = len - done < sizeof(b) ? len - done : sizeof(b);
-		int r = sbi_file_read_all(h->fd, b, want, off + done);
+	for (size_t done = 0; done < len; done += n) {
+		size_t want = len - done < n ? len - done : n;
+		int r = sbi_file_read_all(h->fd, scratch, want, off + done);
 
 		if (r < 0)
 			return r;
-		c = sbi_crc32c_update(c, b, want);
+		c = sbi_crc32c_update(c, scratch, want);
 	}
 	*crc = c;
 	return 0;

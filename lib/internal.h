@@ -360,14 +360,14 @@ int sbi_heap_zero(struct sbi_heap *heap, uint32_t idx, uint32_t n,
 int sbi_heap_write(struct sbi_heap *heap, uint32_t idx, const void *src,
 		   size_t len, size_t page_size);
 /* The CRC-32C of the first len bytes of page idx, read through the heap's
- * file (sbi_file_read_all, 16 KiB at a time, into a buffer on the stack):
- * 0 or -errno. Not through the pool-side mapping: a read from user mode
+ * file (sbi_file_read_all) into scratch, n bytes at a time: 0 or -errno.
+ * Not through the pool-side mapping: a read from user mode
  * there maps each 4 KiB into it, which on a host that shadows page tables
  * costs 7-9 us of the hypervisor's per 4 KiB (bench/pagecost), 0.5 ms a
  * 256 KiB page, and the entries must then be swept again
  * (sbi_heap_unmap_pool). */
 int sbi_heap_crc32c(const struct sbi_heap *heap, uint32_t idx, size_t len,
-		    size_t page_size, uint32_t *crc);
+		    size_t page_size, void *scratch, size_t n, uint32_t *crc);
 /* Back unbacked pages (their data is zero): sbi_heap_zero, unless the heap's
  * folios may be larger than a page (big_folios) and the range has memory
  * already. */
@@ -1454,7 +1454,18 @@ struct sbi_disk {
 	pthread_mutex_t done_lock;
 	pthread_cond_t done_cond;
 	uint64_t done_gen, done_want;
+	/* Where the spill checksums are read (sbi_disk_page_crc): not the
+	 * caller's stack (an application thread's eviction may have 16 KiB
+	 * of it), nor an allocation (a page-in's check at vm.max_map_count,
+	 * where one that needs a mapping fails). */
+	pthread_mutex_t crc_lock;	/* a leaf */
+	char crc_buf[64 << 10];
 };
+
+/* The CRC-32C of the first len bytes of page pid, read through its heap's
+ * file (sbi_heap_crc32c) into d's buffer: 0 or -errno. */
+int sbi_disk_page_crc(struct sbi_disk *d, sbi_pid pid, size_t len,
+		      uint32_t *crc);
 
 /* The pool's disk tier, set up on first use; NULL and *err on failure. It
  * starts threads and allocates: application threads only (the first

@@ -116,9 +116,7 @@ int sbi_src_check(struct sb_buf *buf, size_t idx, uint64_t src_pte,
 			return -EIO;	/* the spill file lost data */
 		if (!pool_side)
 			crc = sbi_crc32c(mem, ps);
-		else if (sbi_heap_crc32c(sbi_pid_heap(pool, *pool_side),
-					 sbi_pid_index(pool, *pool_side), ps,
-					 ps, &crc) < 0)
+		else if (sbi_disk_page_crc(pool->disk, *pool_side, ps, &crc) < 0)
 			return -EIO;
 		return crc == sbi_spill_crc(pool->disk, slot1 - 1) ? 0
 								   : -EBADMSG;
