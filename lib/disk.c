@@ -47,9 +47,10 @@ struct sbi_disk *sbi_disk_get(struct sb_pool *pool, int *err)
 			d = NULL;
 			goto out;
 		}
-		/* Read buffers for home page-ins (io.c says why): a ring's
-		 * worth, within 4 MiB. */
-		if (pool->can_home && pool->page_size <= (64u << 10))
+		/* Read buffers for home and spill page-ins (io.c says why):
+		 * a ring's worth of small pages, within 4 MiB (four of 1
+		 * MiB; larger pages go straight into the pool page). */
+		if (pool->page_size <= (1u << 20))
 			sbi_io_bounce_init(d->io, pool->page_size,
 					   (unsigned)((4u << 20) /
 						      pool->page_size));

@@ -1398,7 +1398,7 @@ bool sbi_io_wake_later(struct sbi_io_engine *e, int uffd, uintptr_t start,
 		       size_t len);
 /* For tests: wake-ups not yet made. */
 unsigned sbi_io_wakes_pending(struct sbi_io_engine *e);
-/* Read buffers of size bytes (a page of 64 KiB or less), at most n, for
+/* Read buffers of size bytes (a page of 1 MiB or less), at most n, for
  * reads that allow one (sbi_io.may_bounce), given out as reads enter the
  * ring. 0 or -errno (reads then go straight into their mem). */
 int sbi_io_bounce_init(struct sbi_io_engine *e, size_t size, unsigned n);

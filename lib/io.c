@@ -182,9 +182,12 @@ void sbi_io_put(struct sbi_io_engine *e, struct sbi_io *io)
  * and then written into the heap through the file (pwrite, by the read's
  * done()), the page is allocated unzeroed (the write covers it) and never
  * mapped on the pool's side: 30-38% less CPU for random 64 KiB page-ins
- * (docs/PERFORMANCE.md). Given out as reads enter the ring (reads waiting
- * for a slot hold none); a read that finds none free goes straight into
- * its page, as before.
+ * (docs/PERFORMANCE.md). A spill page-in gains the same way, and its
+ * checksum is read from the buffer instead of through the heap's file:
+ * one copy (pwrite) in place of two (pread, and the kernel pinning the
+ * pool side). Given out as reads enter the ring (reads waiting for a slot
+ * hold none); a read that finds none free goes straight into its page,
+ * as before.
  */
 int sbi_io_bounce_init(struct sbi_io_engine *e, size_t size, unsigned n)
 {

@@ -513,8 +513,12 @@ int sbi_pagein_start(struct sb_buf *buf, size_t idx, struct sbi_io **out,
 	io->mem = sbi_pid_mem(pool, pid);
 	/* A home page's read goes through a read buffer when one is free
 	 * (io.c, sbi_io_bounce_init, says why), else straight into it; a
-	 * clean one's always (home.c): it waits for a buffer. */
-	io->may_bounce = home;
+	 * clean one's always (home.c): it waits for a buffer. So does a
+	 * spill page's: its checksum is then taken from the buffer, and the
+	 * pool side gets no entries (pinned for the read, then swept). A
+	 * plain file's large pages go straight in: a copy costs them more
+	 * CPU than it saves (docs/design.md, "A page-in"). */
+	io->may_bounce = home || sbi_pte_slot1(old);
 	io->must_bounce = home && buf->home_clean;
 	io->inject = ahead ? 0 : injected_failure();
 	sbi_src_where(buf, idx, old, &io->fd, &io->off, &io->len);

@@ -11,6 +11,7 @@
  * page that raises SIGBUS). Each case runs in a child process, once
  * per pager (io_uring and SPARSEBUF_PAGER=sync), under a timeout. */
 #include "harness.h"
+#include "harness_internal.h"
 
 #include <pthread.h>
 #include <setjmp.h>
@@ -24,6 +25,7 @@
 void sbi_test_io_fail(int err, unsigned count);
 int sbi_test_corrupt_spill(struct sb_buf *buf, size_t off);
 void sbi_test_io_cancel(unsigned count);
+void sbi_test_bounce_fail(int err, unsigned count);
 
 static uint64_t seed_of(unsigned tag, size_t page)
 {
@@ -680,6 +682,68 @@ out:
 	return 0;
 }
 
+/* ---- a spill page-in's read buffer ---------------------------------------- */
+
+/* Read buffers made and all of them free (no read holds one). */
+static unsigned bounces_all_back(struct sb_buf *b)
+{
+	struct sbi_disk *d = sbi_disk_peek(sb_buf_pool(b));
+	unsigned n, nfree;
+
+	CHECK(d);
+	CHECK(sb_buf_prefetch(b, NULL, 0, SB_PREFETCH_WAIT) >= 0);
+	sbi_io_bounce_count(d->io, &n, &nfree);
+	CHECK_EQ(nfree, n);
+	return n;
+}
+
+/* A spill page is read into one of the engine's read buffers, checked
+ * there, and written into its pool page through the heap's file. That
+ * write failing half way (a memfd that cannot take the page) is a failed
+ * read: SIGBUS for the toucher, never a half page; the copy on disk stays,
+ * and the page is read again whole. */
+static int bounce_fail_child(void)
+{
+	struct sb_pool *p = disk_pool(PAGE, HEAP, 0);
+	struct sb_buf *b = evicted_buf(p, 71);
+	const struct sb_range all = {0, N * PAGE};
+	char *x = sb_buf_addr(b);
+	struct sb_features f;
+	struct sb_stats s0;
+	int res;
+
+	catch_sigbus();
+	CHECK_EQ(sb_features_get(&f), 0);
+	CHECK(bounces_all_back(b) >= 4);
+	/* Every page in, then page 3 alone out: its read is the only one. */
+	CHECK(sb_buf_prefetch(b, &all, 1, SB_PREFETCH_WAIT) >= 0);
+	for (size_t i = 0; i < N; i++)
+		EXPECT_PAGE(x, i, 71, PAGE_OK);
+	evicted(b, 3, 1);
+	s0 = stats(p);
+	sbi_test_bounce_fail(ENOSPC, 1);
+	EXPECT_PAGE(x, 3, 71, PAGE_SIGBUS);
+	CHECK(stats(p).io_errors > s0.io_errors);
+	bounces_all_back(b);
+	res = read_page(x, 3, seed_of(71, 3));
+	CHECK(res == PAGE_SIGBUS || res == PAGE_OK);
+	if (f.poison) {
+		CHECK(sb_buf_prefetch(b, &page3, 1, SB_PREFETCH_WAIT) >= 0);
+		CHECK_EQ(sb_buf_placed(b, 3 * PAGE, PAGE), 1);
+		EXPECT_PAGE(x, 3, 71, PAGE_OK);
+	}
+	for (size_t i = 0; i < N; i++)
+		if (i != 3 || f.poison)
+			EXPECT_PAGE(x, i, 71, PAGE_OK);
+	bounces_all_back(b);
+	printf("spill read buffer: a failed write into the pool page is "
+	       "SIGBUS, then its data\n");
+	VERIFY(p);
+	sb_buf_destroy(b);
+	sb_pool_destroy(p);
+	return 0;
+}
+
 static int child(const char *name)
 {
 	if (!strcmp(name, "iofail"))
@@ -690,6 +754,8 @@ static int child(const char *name)
 		return cancel_child();
 	if (!strcmp(name, "filefail"))
 		return file_fail_child();
+	if (!strcmp(name, "bouncefail"))
+		return bounce_fail_child();
 	return 2;
 }
 
@@ -702,6 +768,7 @@ static int main_test(void)
 	skipped += run_pagers("corrupt", 60, NULL);
 	skipped += run_pagers("cancel", 60, NULL);
 	skipped += run_pagers("filefail", 60, NULL);
+	skipped += run_pagers("bouncefail", 60, NULL);
 	if (skipped)
 		SKIP("a run skipped (see above)");
 	printf("disk errors: ok\n");
