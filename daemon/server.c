@@ -400,7 +400,10 @@ static void on_listen(struct sbd_loop *loop, int fd, void *arg)
 	struct sbd_server *s = arg;
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
-	int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	/* Above 2 (dproto.h says why): a client's socket at descriptor 2
+	 * would get the daemon's log lines as messages. */
+	int cfd = sbd_fd_above_std(
+		accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK), false);
 
 	(void)loop;
 	if (cfd < 0)

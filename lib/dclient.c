@@ -93,6 +93,9 @@ static int sock_connect(const char *path)
 
 	if (s < 0)
 		return -errno;
+	s = sbd_fd_above_std(s, false);
+	if (s < 0)
+		return s;
 	memcpy(sa.sun_path, path, strlen(path) + 1);
 	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		int e = -errno;

@@ -233,14 +233,41 @@ long sbd_recv(int sock, void *buf, size_t cap, int *fd)
 			close(got[ngot]);
 		return -EMSGSIZE;
 	}
-	if (ngot)
-		*fd = got[0];
+	if (ngot && (*fd = sbd_fd_above_std(got[0], false)) < 0)
+		return *fd;
 	return (long)r;
 }
 
 #ifndef MFD_NOEXEC_SEAL
 #define MFD_NOEXEC_SEAL 0x0008U
 #endif
+
+int sbd_fd_above_std(int fd, bool fresh)
+{
+	int hi, null, e;
+
+	if (fd < 0 || fd > 2)
+		return fd;
+	hi = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	e = errno;
+	/* The slot stays taken (the program had it closed: /dev/null reads
+	 * nothing and takes writes), so the next descriptor we make is not
+	 * there either; without /dev/null it is closed. Only this slot: a
+	 * closed one may be another thread's next descriptor any moment. */
+	null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null < 0 || dup3(null, fd, O_CLOEXEC) < 0)
+		close(fd);
+	if (null > 2)
+		close(null);	/* (below 3 it fills another closed slot) */
+	if (hi < 0)
+		return -e;
+	if (fresh && ftruncate(hi, 0) < 0) {
+		e = errno;
+		close(hi);
+		return -e;
+	}
+	return hi;
+}
 
 int sbd_heap_file(const char *name, uint64_t bytes)
 {
@@ -252,6 +279,9 @@ int sbd_heap_file(const char *name, uint64_t bytes)
 		fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return -errno;
+	fd = sbd_fd_above_std(fd, true);
+	if (fd < 0)
+		return fd;
 	if (ftruncate(fd, (off_t)bytes) < 0 ||
 	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
 		int e = -errno;

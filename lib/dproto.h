@@ -192,4 +192,18 @@ const char *sbd_type_name(unsigned type);
  * descriptor, or -errno. Both a pool's own heaps and the daemon's. */
 int sbd_heap_file(const char *name, uint64_t bytes);
 
+/* fd itself, or, when it is 0, 1 or 2, a copy of it at 3 or above; -errno
+ * (fd closed) if no copy can be made; a negative fd is passed through.
+ * Every descriptor the library or the daemon keeps data behind (heaps,
+ * spill, save and counter files, sockets) goes through it. A program that
+ * closed its standard descriptors (a daemon leaving its terminal) would
+ * otherwise have the next descriptor made take one of them, and the
+ * library's log lines (write(2) on stderr), or the program's own output,
+ * land in a heap's pages or a file of the disk tier. The low slot gets
+ * /dev/null (close-on-exec, so that a program run later sees it closed as
+ * before), never a later descriptor of ours. fresh: fd is a new empty file,
+ * truncated again after the move: what another thread wrote to the low
+ * descriptor meanwhile is dropped. */
+int sbd_fd_above_std(int fd, bool fresh);
+
 #endif

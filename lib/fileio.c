@@ -6,6 +6,7 @@
  * file: what buffers, save files and the disk tier share. Below them all.
  */
 #include "internal.h"
+#include "dproto.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -76,7 +77,7 @@ int sbi_file_open_input(const char *path, bool allow_blk, struct stat *st)
 			return -EAGAIN;	/* replaced meanwhile */
 		}
 	}
-	r = fd < 0 ? -errno : fd;
+	r = fd < 0 ? -errno : sbd_fd_above_std(fd, false);
 	close(pfd);
 	return r;
 }
@@ -89,7 +90,12 @@ int sbi_file_reopen_direct(int fd, int flags)
 	 * same path, which may name another file by now), with O_DIRECT:
 	 * no second copy of the data in the page cache. */
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
-	return open(proc, flags | O_CLOEXEC | O_DIRECT);
+	fd = sbd_fd_above_std(open(proc, flags | O_CLOEXEC | O_DIRECT), false);
+	if (fd < -1) {
+		errno = -fd;
+		fd = -1;
+	}
+	return fd;
 }
 
 int sbi_file_size(int fd, const struct stat *st, uint64_t *size)

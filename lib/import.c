@@ -21,6 +21,7 @@
 #include "dproto.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -61,7 +62,7 @@ static int import_heap(struct sb_pool *pool, uint64_t gen, uint32_t id)
 	for (size_t base = 0; base < npages && r == 0; base += pph) {
 		size_t k = npages - base < pph ? npages - base : pph;
 		bool last = base + k == npages;
-		int wfd = last ? fd : dup(fd);
+		int wfd = last ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 3);
 
 		if (wfd < 0) {
 			r = -errno;

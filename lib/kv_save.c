@@ -392,7 +392,7 @@ SB_API struct sb_kv_seq *sb_kv_restore(struct sb_pool *pool, const char *path,
 	 * system takes it), never reopened by name: the path may name a
 	 * newer save by then. */
 	direct = sbi_file_reopen_direct(fd, O_RDONLY);
-	data_fd = direct >= 0 ? direct : dup(fd);
+	data_fd = direct >= 0 ? direct : fcntl(fd, F_DUPFD_CLOEXEC, 3);
 	refs = malloc(sizeof(*refs));
 	if (data_fd < 0 || !refs) {
 		r = data_fd < 0 ? -errno : -ENOMEM;

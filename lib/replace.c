@@ -32,6 +32,7 @@
  * rename, after the check.
  */
 #include "internal.h"
+#include "dproto.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -165,7 +166,8 @@ static int create_named(struct sbi_replace *r)
 			       O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 		if (r->fd >= 0) {
 			r->named = true;
-			return 0;
+			r->fd = sbd_fd_above_std(r->fd, true);
+			return r->fd < 0 ? r->fd : 0;
 		}
 		if (errno != EEXIST)
 			return -errno;
@@ -189,6 +191,8 @@ int sbi_replace_begin(struct sbi_replace *r, const char *path)
 			? openat(r->dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
 				 0644)
 			: -1;
+	if (r->fd >= 0 && (r->fd = sbd_fd_above_std(r->fd, true)) < 0)
+		return r->fd;
 	if (r->fd < 0) {
 		if (proc_fd_works() && errno != EOPNOTSUPP &&
 		    errno != EISDIR && errno != EINVAL)

@@ -606,7 +606,7 @@ SB_API struct sb_buf *sb_buf_restore(struct sb_pool *pool, const char *path,
 	 * O_DIRECT when the file system takes it; the tables through the
 	 * first. */
 	direct = sbi_file_reopen_direct(fd, O_RDONLY);
-	data_fd = direct >= 0 ? direct : dup(fd);
+	data_fd = direct >= 0 ? direct : fcntl(fd, F_DUPFD_CLOEXEC, 3);
 	if (data_fd < 0) {
 		r = -errno;
 		close(fd);

@@ -36,6 +36,7 @@
  * the fallocate, before anything is written.
  */
 #include "internal.h"
+#include "dproto.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -88,6 +89,10 @@ static int open_spill(const char *dir, bool *direct)
 			return -1;
 		unlink(path);
 		*direct = fcntl(fd, F_SETFL, O_DIRECT) == 0;
+	}
+	if (fd >= 0 && (fd = sbd_fd_above_std(fd, true)) < 0) {
+		errno = -fd;
+		return -1;
 	}
 	return fd;
 }

@@ -10,6 +10,7 @@
  * memfd cannot be made runs without it.
  */
 #include "internal.h"
+#include "dproto.h"
 #include "stat_page.h"
 
 #include <string.h>
@@ -25,7 +26,7 @@ void sbi_stat_open(struct sb_pool *pool)
 
 	pool->stat = NULL;
 	pool->stat_fd = -1;
-	fd = memfd_create(SBI_STAT_NAME, MFD_CLOEXEC);
+	fd = sbd_fd_above_std(memfd_create(SBI_STAT_NAME, MFD_CLOEXEC), true);
 	if (fd < 0)
 		return;
 	if (ftruncate(fd, ps) < 0) {
