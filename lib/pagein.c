@@ -7,8 +7,11 @@
  *      flight (DISK | INFLIGHT | pid + 1); the request keeps the old entry
  *      (which spill slot, or the file). A touch of a page in flight adds
  *      nothing: the thread waits, on the userfaultfd, for that read.
- *   2. The read goes to the I/O engine straight into the pool page (the
- *      heaps' own mapping, O_DIRECT where the file allows).
+ *   2. The read goes to the I/O engine: a spill page's or a home page's
+ *      into one of the engine's read buffers when one is free (io.c says
+ *      why), written into the pool page through the heap's file once
+ *      checked; others straight into the pool page (the heaps' own
+ *      mapping, O_DIRECT where the file allows).
  *   3. On the completion thread: check (CRC-32C for spill and save files;
  *      zeros past the end of a file), then, under the buffer's lock, if
  *      the entry is still the one we marked, map the page and wake the
@@ -49,8 +52,8 @@ void sbi_test_io_fail(int err, unsigned count)
 	sbi_test_arm(&read_fault, err, count);
 }
 
-/* Test hook: the next count writes of a read buffer into its home page
- * stop half way with -err. */
+/* Test hook: the next count writes of a read buffer into its page (a
+ * home page's or a spill page's) stop half way with -err. */
 static struct sbi_test_fault bounce_fault;
 
 void sbi_test_bounce_fail(int err, unsigned count);
@@ -295,10 +298,12 @@ static bool take_waiter(struct sb_buf *buf, size_t idx)
 	return r;
 }
 
-/* A home page read into a read buffer (io.c): into the heap now, through
- * the file (the memfd allocates the page, unzeroed: the write covers it).
- * Every way out of pagein_done that does not map the page punches it
- * again. 0 or -errno. */
+/* A page read into a read buffer (io.c): into the heap now, through the
+ * file (the memfd allocates what has no memory, unzeroed: the write
+ * covers it). Every way out of pagein_done that does not map the page
+ * gives it back: a home page punched again, a spill page's pool page
+ * freed (zeroed, or wholly overwritten, before its next use). 0 or
+ * -errno. */
 static int bounce_write(struct sb_pool *pool, struct sbi_io *io)
 {
 	size_t len = pool->page_size;
