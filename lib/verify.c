@@ -10,8 +10,18 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define BAD(...) (snprintf(why, len, __VA_ARGS__), -EUCLEAN)
+
+/* Whether page i of h has a hole (no memory) anywhere in it. */
+static bool has_hole(const struct sbi_heap *h, uint32_t i, size_t page_size)
+{
+	off_t off = (off_t)h->foff + (off_t)((size_t)i * page_size);
+	off_t hole = lseek(h->fd, off, SEEK_HOLE);
+
+	return hole >= 0 && hole < off + (off_t)page_size;
+}
 
 static int check_heaps(struct sb_pool *pool, char *why, size_t len)
 {
@@ -33,6 +43,14 @@ static int check_heaps(struct sb_pool *pool, char *why, size_t len)
 				return BAD("heap %u page %u: state %u", s, i,
 					   h->state[i]);
 			n[h->state[i]]++;
+			/* A free page with memory (zeroed, or freed to be
+			 * reused as it is by a copy) has it all: a copy
+			 * through the pool side must not fault one in. */
+			if ((h->state[i] == SBI_PG_READY ||
+			     h->state[i] == SBI_PG_DIRTY) &&
+			    has_hole(h, i, pool->page_size))
+				return BAD("heap %u page %u: state %u, a hole "
+					   "in its memory", s, i, h->state[i]);
 			if (held != (h->refs[i] > 0))
 				return BAD("heap %u page %u: state %u refs %u",
 					   s, i, h->state[i], h->refs[i]);
