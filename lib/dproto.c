@@ -2,7 +2,9 @@
 /*
  * sparsebufd's wire protocol: checking, sending and receiving messages
  * (lib/dproto.h). No state: used by the client pools (dclient.c), the
- * daemon and sparsebufctl, and fuzzed (tests/fuzz/fuzz_dmsg.c).
+ * daemon and sparsebufctl, and fuzzed (tests/fuzz/fuzz_dmsg.c). Also what
+ * the library and the daemon share below the protocol: heap files, and
+ * keeping every descriptor of data off 0-2 (sbd_fd_above_std).
  */
 #include "dproto.h"
 
