@@ -244,7 +244,8 @@ test-build: lib tests $(TOOLS) bench-bin $(EXTRA_ALL) man $(NUMA2_GUEST)
 
 demo: deps-bench
 	@$(MAKE) --no-print-directory $(BUILD)/bin/sparsebuf-demo \
-		$(BUILD)/bin/sbrun $(BUILD)/bench/kv $(BUILD)/bench/sessions $(FLASH_BIN) \
+		$(BUILD)/bin/sbrun $(BUILD)/bench/kv $(BUILD)/bench/place \
+		$(BUILD)/bench/hugewarm $(BUILD)/bench/sessions $(FLASH_BIN) \
 		$(DAEMON_BIN) $(BUILD)/bench/daemon
 	@demo/run.sh $(BUILD)
 

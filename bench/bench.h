@@ -45,11 +45,14 @@ static inline double median(double *v, int n)
 
 /* The process's RSS and PSS (KiB), from one read of smaps_rollup: RSS
  * counts a page once per mapping that shows it, PSS divides shared pages
- * between their holders. */
+ * between their holders. The kernel counts huge pages (hugetlbfs: heaps
+ * of SB_POOL_HUGETLB pools) in neither: they are added to both, once per
+ * mapping that shows them, as RSS counts pages (PSS then counts a huge
+ * page mapped twice twice: never less than the truth). */
 static inline void bench_rollup_kib(long *rss, long *pss)
 {
 	char line[256];
-	long v;
+	long v, huge = 0;
 	FILE *f = fopen("/proc/self/smaps_rollup", "r");
 
 	*rss = *pss = -1;
@@ -58,9 +61,16 @@ static inline void bench_rollup_kib(long *rss, long *pss)
 			*rss = v;
 		else if (sscanf(line, "Pss: %ld", &v) == 1)
 			*pss = v;
+		else if (sscanf(line, "Shared_Hugetlb: %ld", &v) == 1 ||
+			 sscanf(line, "Private_Hugetlb: %ld", &v) == 1)
+			huge += v;
 	}
 	if (f)
 		fclose(f);
+	if (*rss >= 0)
+		*rss += huge;
+	if (*pss >= 0)
+		*pss += huge;
 }
 
 

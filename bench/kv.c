@@ -118,7 +118,8 @@ static bool run_strat[NSTRAT + 1] = {false, true, true, true, true,
  * dense, whose memory and per-step write times it reuses. */
 static const int order[NSTRAT + 1] = {1, 0, 2, 3, 4, 5, 6, 7, 8};
 
-static const char *const names[NSTRAT + 1] = {
+/* (Not const: SBBENCH_KV_THP renames 4.) */
+static const char *names[NSTRAT + 1] = {
 	"floor (nothing to grow)",
 	"dense (llama.cpp)",
 	"chunks of 256 (mlx-lm)",
@@ -313,6 +314,12 @@ static void strat_init(struct strat *s, int id)
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 		if (s->base == MAP_FAILED)
 			abort();
+		/* SBBENCH_KV_THP=1: the kernel's transparent huge pages,
+		 * the baseline beside SPARSEBUF_HUGETLB=1 (bench/hugetlb.sh;
+		 * transparent_hugepage must be madvise or always). */
+		if (getenv("SBBENCH_KV_THP"))
+			madvise(s->base, max_tok * ROW * REGIONS,
+				MADV_HUGEPAGE);
 		s->cap = max_tok;
 		set_regions(s, s->base, s->cap);
 		break;
@@ -412,8 +419,11 @@ static size_t strat_committed(struct strat *s, size_t len)
 	struct sb_stats st;
 
 	switch (s->id) {
-	case 4:	/* what the kernel allocated: every 4 KiB touched */
-		return (len * ROW + 4095) / 4096 * 4096 * REGIONS;
+	case 4: {	/* what the kernel allocated: every page touched */
+		size_t kp = getenv("SBBENCH_KV_THP") ? (size_t)2 << 20 : 4096;
+
+		return (len * ROW + kp - 1) / kp * kp * REGIONS;
+	}
 	case 5:
 	case 6:
 	case 7:
@@ -1066,7 +1076,7 @@ static void sessions_table(void)
 	struct sb_kv_seq *base, *seq[NS];
 	struct sb_kv_config cfg = {LAYERS, KVH, HD, SB_KV_BF16, 0, NULL, 0, 0};
 	struct sb_stats st;
-	size_t independent = 0;
+	size_t independent = 0, page;
 	int err;
 
 	cfg.max_ctx = ctx;
@@ -1074,6 +1084,8 @@ static void sessions_table(void)
 	pool = sb_pool_create(&o, &err);
 	if (!pool)
 		abort();
+	sb_pool_stats(pool, &st);
+	page = st.page_size;
 	base = sb_kv_create(pool, &cfg, &err);
 	for (size_t t = 0; t < prompt; t++) {
 		sb_kv_prepare(base, 1);
@@ -1109,8 +1121,7 @@ static void sessions_table(void)
 			doubling += cap * ROW * REGIONS;
 		}
 		demand += (len * ROW + 4095) / 4096 * 4096 * REGIONS;
-		independent += (len * ROW + 256 * 1024 - 1) / (256 * 1024) *
-			       (256 * 1024) * REGIONS;
+		independent += (len * ROW + page - 1) / page * page * REGIONS;
 	}
 	sb_kv_destroy(base);	/* the prompt lives on in the forks */
 	sb_pool_stats(pool, &st);
@@ -1645,6 +1656,8 @@ int main(int argc, char **argv)
 	unsigned seed = 1;
 
 	parse(argc, argv);
+	if (getenv("SBBENCH_KV_THP"))
+		names[4] = "kernel demand paging, THP";
 	kthreads_find();
 	/* The kernels' threads: counted and started now, with every CPU
 	 * allowed. Started later, from the decoding thread pinned to CPU 0,

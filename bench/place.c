@@ -319,6 +319,9 @@ int main(int argc, char **argv)
 
 	parse(argc, argv);
 	sb_pool_opts_init(&o);
+	/* SPARSEBUF_HUGETLB=1: the pool's huge pages, a page at a time. */
+	if (o.flags & SB_POOL_HUGETLB)
+		page = o.page_size;
 	o.page_size = page;
 	pool = sb_pool_create(&o, &err);
 	if (!pool) {

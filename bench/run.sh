@@ -10,7 +10,8 @@ usage() {
 usage: bench/run.sh [BUILD_DIR]
 
 Run every benchmark against the programs in BUILD_DIR (default build):
-place, ptflood, pagecost, perf-faults.sh, sessions, kernels_*, pagein.sh, flash.sh. Exit status 1 when
+place, ptflood, pagecost, perf-faults.sh, sessions, kernels_*, hugetlb.sh,
+pagein.sh, flash.sh. Exit status 1 when
 one fails or misses a target.
 
 options:
@@ -43,6 +44,12 @@ step "$build/bench/sessions"
 for b in "$build"/bench/kernels_*; do
 	[ -x "$b" ] && step "$b"
 done
+# KV growth (8k and 32k tokens) and placement on huge-page heaps, huge
+# pages reserved for the run where it may (about 8 min; 77: it may not).
+echo
+echo "=== bench/hugetlb.sh --build $build --rounds 1"
+bench/hugetlb.sh --build "$build" --rounds 1
+case $? in 0 | 77) ;; *) status=1 ;; esac
 # The disk tier: a 2 GiB file under /var/tmp/sparsebuf-bench (made once),
 # against fio and mmap, then its fault counts under perf.
 step bench/pagein.sh "$build"

@@ -148,7 +148,7 @@ static struct sbd_cheap *heap_new(struct sbd_server *s, struct sbd_cache *k,
 	h->pins = calloc(n, sizeof(*h->pins));
 	h->inuse = calloc(n, 1);
 	h->blk = calloc(n, sizeof(*h->blk));
-	h->fd = sbd_heap_file("sparsebufd-cache", k->heap_bytes);
+	h->fd = sbd_heap_file("sparsebufd-cache", k->heap_bytes, false);
 	if (!h->pins || !h->inuse || !h->blk || h->fd < 0) {
 		if (h->fd >= 0)
 			close(h->fd);

@@ -174,7 +174,7 @@ static void heap(struct sbd_server *s, struct sbd_client *c, uint32_t seq,
 		c->heaps = h;
 		c->heap_cap = cap;
 	}
-	fd = sbd_heap_file("sparsebufd-heap", bytes);
+	fd = sbd_heap_file("sparsebufd-heap", bytes, false);
 	if (fd < 0) {
 		sbd_reply(s, c, seq, fd, 0, 0, 0, -1);
 		return;

@@ -4,11 +4,14 @@
  * program only has to link the library. The constructor parses and
  * validates; it commits no memory and starts no thread (the default pool is
  * created on first use). A bad value is reported here, on stderr, and
- * surfaces as -EINVAL at the first call that needs the pool.
+ * surfaces as -EINVAL at the first call that needs the pool. The option
+ * checks read the system's huge page size (/proc/meminfo), which
+ * SB_POOL_HUGETLB's pages must be multiples of.
  */
 #include "internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -125,6 +128,77 @@ static void env_numa(void)
 		return;
 	}
 	env_opts.numa_node = (int)v;
+}
+
+/* The system's huge pages, which SB_POOL_HUGETLB's option checks and
+ * SPARSEBUF_HUGETLB's default page size depend on. A "Name:   value" line of /proc/meminfo, the value as written (kB for
+ * sizes, a count for HugePages_*); -1 when absent. */
+static long meminfo_value(const char *name)
+{
+	char line[128];
+	size_t n = strlen(name);
+	long v = -1;
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, name, n) && line[n] == ':') {
+			v = strtol(line + n + 1, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+size_t sbi_hugetlb_page_bytes(void)
+{
+	long kb = meminfo_value("Hugepagesize");
+
+	return kb > 0 ? (size_t)kb << 10 : 0;
+}
+
+long sbi_hugetlb_pages_free(void)
+{
+	/* Free counts pages that mappings have reserved (HugePages_Rsvd)
+	 * and not yet taken: nobody else can have those. */
+	long n = meminfo_value("HugePages_Free"),
+	     r = meminfo_value("HugePages_Rsvd");
+
+	n -= r > 0 ? r : 0;
+	return n > 0 ? n : 0;
+}
+
+/* SPARSEBUF_HUGETLB=1: heaps of huge pages, in pages of the huge page size
+ * unless SPARSEBUF_PAGE_SIZE says otherwise. An option of the pool, so a
+ * bad value is an error, as for the sizes. */
+static size_t env_shmem_page, env_shmem_heap;	/* without the variable */
+
+static void env_hugetlb(void)
+{
+	const char *s = getenv("SPARSEBUF_HUGETLB");
+	size_t huge;
+
+	if (!s || !*s || strcmp(s, "0") == 0)
+		return;
+	if (strcmp(s, "1") != 0) {
+		sbi_err("SPARSEBUF_HUGETLB=\"%s\": expected 0 or 1; pools "
+			"created from the environment will fail with EINVAL",
+			s);
+		if (!env_error)
+			env_error = -EINVAL;
+		return;
+	}
+	env_opts.flags |= SB_POOL_HUGETLB;
+	env_shmem_page = env_opts.page_size;
+	env_shmem_heap = env_opts.heap_size;
+	huge = sbi_hugetlb_page_bytes();
+	if (huge && !getenv("SPARSEBUF_PAGE_SIZE")) {
+		env_opts.page_size = huge;
+		if (!getenv("SPARSEBUF_HEAP_SIZE") &&
+		    env_opts.heap_size % huge)
+			env_opts.heap_size = 32 * huge;
+	}
 }
 
 static int env_fault_threads = 4;
@@ -267,6 +341,7 @@ __attribute__((constructor)) static void sparsebuf_init_env(void)
 	env_size("SPARSEBUF_MAX_BYTES", &env_opts.max_bytes);
 	env_size("SPARSEBUF_MIN_BYTES", &env_opts.min_bytes);
 	env_numa();
+	env_hugetlb();
 	env_threads();
 	env_daemon_vars();
 	if (!env_error) {
@@ -281,9 +356,26 @@ __attribute__((constructor)) static void sparsebuf_init_env(void)
 	}
 }
 
-void sbi_env_opts(struct sb_pool_opts *opts)
+void sbi_env_opts(struct sb_pool_opts *opts, size_t size)
 {
 	*opts = env_opts;
+	/* SPARSEBUF_HUGETLB lives in flags, which a program built against
+	 * 0.2 or older cannot carry to sb_pool_create: its pools get shmem
+	 * heaps and the page size they would have had without the variable,
+	 * never huge pages' size on shmem. Said once. */
+	if ((env_opts.flags & SB_POOL_HUGETLB) &&
+	    size < offsetof(struct sb_pool_opts, flags) + sizeof(opts->flags)) {
+		static atomic_bool said;
+
+		opts->flags &= ~SB_POOL_HUGETLB;
+		opts->page_size = env_shmem_page;
+		opts->heap_size = env_shmem_heap;
+		if (!atomic_exchange(&said, true))
+			sbi_warn("SPARSEBUF_HUGETLB=1 does not apply to this "
+				 "program's own pools: it was built against "
+				 "sparsebuf 0.2 or older, whose sb_pool_opts "
+				 "has no flags (shmem heaps instead)");
+	}
 	/* Poison the page size so the error surfaces at sb_pool_create. */
 	if (env_error)
 		opts->page_size = 0;
@@ -305,6 +397,26 @@ const char *sbi_opts_check(const struct sb_pool_opts *o)
 		return "NUMA node below -1";
 	if (o->max_bytes && o->min_bytes > o->max_bytes)
 		return "min_bytes (SPARSEBUF_MIN_BYTES) above max_bytes";
+	if (o->flags & ~SB_POOL_HUGETLB)
+		return "unknown flags";
+	if (o->flags & SB_POOL_HUGETLB) {
+		size_t huge = sbi_hugetlb_page_bytes();
+
+		/* mbind sets a shmem file's policy, which every allocation
+		 * follows; a hugetlbfs file has none, and fallocate, which
+		 * allocates the heaps' huge pages, follows the thread's. */
+		if (o->numa_node >= 0)
+			return "huge-page heaps (SPARSEBUF_HUGETLB) cannot be "
+			       "bound to a NUMA node (SPARSEBUF_NUMA_NODE)";
+
+		if (!huge)
+			return "huge-page heaps (SPARSEBUF_HUGETLB), and this "
+			       "kernel has no huge pages";
+		if (o->page_size % huge)
+			return "huge-page heaps (SPARSEBUF_HUGETLB) need a "
+			       "page size that is a multiple of the huge page "
+			       "size (Hugepagesize in /proc/meminfo)";
+	}
 	return NULL;
 }
 

@@ -271,14 +271,15 @@ int sbd_fd_above_std(int fd, bool fresh)
 	return hi;
 }
 
-int sbd_heap_file(const char *name, uint64_t bytes)
+int sbd_heap_file(const char *name, uint64_t bytes, bool hugetlb)
 {
+	unsigned int huge = hugetlb ? MFD_HUGETLB : 0;
 	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING |
-					    MFD_NOEXEC_SEAL);
+					    MFD_NOEXEC_SEAL | huge);
 
 	/* Kernels before 6.3 reject MFD_NOEXEC_SEAL. */
 	if (fd < 0 && errno == EINVAL)
-		fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | huge);
 	if (fd < 0)
 		return -errno;
 	fd = sbd_fd_above_std(fd, true);

@@ -189,8 +189,10 @@ const char *sbd_type_name(unsigned type);
 
 /* A heap file: a memfd of bytes, sealed against growing and shrinking
  * (a descriptor that crossed a socket must keep its size). The
- * descriptor, or -errno. Both a pool's own heaps and the daemon's. */
-int sbd_heap_file(const char *name, uint64_t bytes);
+ * descriptor, or -errno. Both a pool's own heaps and the daemon's;
+ * hugetlb: of the system's default huge pages (MFD_HUGETLB), bytes a
+ * multiple of their size. */
+int sbd_heap_file(const char *name, uint64_t bytes, bool hugetlb);
 
 /* fd itself, or, when it is 0, 1 or 2, a copy of it at 3 or above; -errno
  * (fd closed) if no copy can be made; a negative fd is passed through.

@@ -45,7 +45,7 @@ static size_t meta_bytes(uint32_t npages)
 
 /* The struct over fd's bytes from off, mapped (fd not closed on failure). */
 static struct sbi_heap *heap_map(int fd, off_t off, size_t bytes,
-				 size_t page_size, int *err)
+				 size_t page_size, bool hugetlb, int *err)
 {
 	uint32_t npages = (uint32_t)(bytes / page_size);
 	struct sbi_heap *h = sbi_meta_alloc(meta_bytes(npages), true);
@@ -62,7 +62,11 @@ static struct sbi_heap *heap_map(int fd, off_t off, size_t bytes,
 	h->owner = h->refs + npages;
 	h->state = (uint8_t *)(h->owner + npages);
 	h->rbit = h->state + npages;
-	h->map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
+	h->hugetlb = hugetlb;
+	/* Without MAP_NORESERVE, a hugetlbfs mapping would reserve every
+	 * huge page of the heap at once, used or not. */
+	h->map = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		      MAP_SHARED | (hugetlb ? MAP_NORESERVE : 0), fd, off);
 	if (h->map == MAP_FAILED) {
 		*err = -errno;
 		sbi_meta_free(h, meta_bytes(npages));
@@ -84,7 +88,7 @@ struct sbi_heap *sbi_heap_create(const struct sbi_page_source *src,
 		*err = fd;
 		return NULL;
 	}
-	h = heap_map(fd, 0, heap_size, page_size, err);
+	h = heap_map(fd, 0, heap_size, page_size, src->ops->hugetlb, err);
 	if (!h)
 		goto fail;
 	r = heap_bind(h->map, heap_size, numa_node);
@@ -104,7 +108,7 @@ fail:
 struct sbi_heap *sbi_heap_import(int fd, off_t off, size_t bytes,
 				 size_t page_size, int *err)
 {
-	struct sbi_heap *h = heap_map(fd, off, bytes, page_size, err);
+	struct sbi_heap *h = heap_map(fd, off, bytes, page_size, false, err);
 
 	if (!h) {
 		close(fd);
@@ -139,12 +143,53 @@ static off_t page_off(const struct sbi_heap *h, uint32_t idx, size_t page_size)
  * cache-hot 4 KiB. */
 static char zeros[64 << 10];
 
+/*
+ * hugetlbfs has no write(2). A huge page is allocated, and zeroed by the
+ * kernel, by fallocate, which leaves a page that has memory as it is; out
+ * of huge pages it fails with ENOSPC. It also fails with EINTR when the
+ * calling thread has a signal pending as it starts a page (an application
+ * thread placing a page, under a profiler's timer): tried again, as a
+ * pwrite would be.
+ */
+static int huge_alloc(struct sbi_heap *h, off_t off, size_t len)
+{
+	while (fallocate(h->fd, FALLOC_FL_KEEP_SIZE, off, (off_t)len) < 0)
+		if (errno != EINTR)
+			return errno == ENOSPC ? -ENOMEM : -errno;
+	return 0;
+}
+
+/* A huge page's bytes written through the pool's mapping: allocated first,
+ * since a store to a hole of a MAP_NORESERVE mapping with no huge page
+ * free would raise SIGBUS. Not punched and allocated again to zero it: in
+ * between, another process could take the page. The pool-side entry (one
+ * per huge page) goes at the ready thread's next sweep, within 100 ms,
+ * not at once: a sweep per page would interrupt the other CPU each time
+ * (sbi_heap_unmap_pool). */
+static int huge_write(struct sbi_heap *h, off_t off, const void *src,
+		      size_t len, size_t alloc)
+{
+	int r = huge_alloc(h, off, alloc);
+
+	if (r < 0)
+		return r;
+	if (src)
+		memcpy(h->map + (off - h->foff), src, len);
+	else
+		memset(h->map + (off - h->foff), 0, len);
+	atomic_fetch_add_explicit(&h->pool_ptes, 1, memory_order_relaxed);
+	return 0;
+}
+
 int sbi_heap_zero(struct sbi_heap *h, uint32_t idx, uint32_t n,
 		  size_t page_size)
 {
 	struct iovec iov[16];
 	size_t len = (size_t)n * page_size;
 	off_t off = page_off(h, idx, page_size);
+
+	if (h->hugetlb)
+		return huge_write(h, off, NULL, len, len);
 
 	/* Through the file rather than a mapping (measured on an AMD EPYC
 	 * VM, 256 KiB pages: 80-105 us a page against 130-250 us for
@@ -182,6 +227,8 @@ int sbi_heap_write(struct sbi_heap *h, uint32_t idx, const void *src,
 	off_t off = page_off(h, idx, page_size);
 	size_t done = 0;
 
+	if (h->hugetlb)
+		return huge_write(h, off, src, len, page_size);
 	while (done < len) {
 		ssize_t w = pwrite(h->fd, (const char *)src + done, len - done,
 				   off + (off_t)done);
@@ -218,6 +265,9 @@ int sbi_heap_back(struct sbi_heap *h, uint32_t idx, uint32_t n,
 {
 	off_t off = page_off(h, idx, page_size);
 	off_t end = off + (off_t)((size_t)n * page_size);
+
+	if (h->hugetlb)	/* no folio smaller than a page, nothing to split */
+		return huge_alloc(h, off, (size_t)(end - off));
 
 	/* An unbacked page reads as zeros: a hole, or the zeroed part of
 	 * a large folio whose other pages hold memory (a punch that cannot

@@ -116,9 +116,10 @@ int sbi_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg,
 /* Parse "123", "256K", "64M", "2G", "1T" (binary units, optional "iB"/"B").
  * Returns 0 or -EINVAL (garbage) / -ERANGE (overflow). */
 int sbi_parse_size(const char *s, size_t *out);
-/* Options from the environment as parsed by the constructor, and the -errno
- * of the first bad variable (0 if none). */
-void sbi_env_opts(struct sb_pool_opts *opts);
+/* Options from the environment as parsed by the constructor, for a caller
+ * whose struct sb_pool_opts is size bytes (SPARSEBUF_HUGETLB only where
+ * it has flags), and the -errno of the first bad variable (0 if none). */
+void sbi_env_opts(struct sb_pool_opts *opts, size_t size);
 int sbi_env_error(void);
 /* SPARSEBUF_FAULT_THREADS: handler threads per pool (0 = one per CPU). */
 int sbi_env_fault_threads(void);
@@ -142,6 +143,10 @@ bool sbi_env_pager_sync(void);
 int sbi_env_touch(void);
 /* NULL if the options are valid, else why not. */
 const char *sbi_opts_check(const struct sb_pool_opts *opts);
+/* The system's default huge page size (0: none), and how many of them are
+ * free now (/proc/meminfo; config.c). */
+size_t sbi_hugetlb_page_bytes(void);
+long sbi_hugetlb_pages_free(void);
 
 /* ---- probe.c: what the kernel allows --------------------------------------*/
 
@@ -202,6 +207,7 @@ struct sbi_heap {
 				 * the window is let go of, pool.c) */
 	uint64_t serial;	/* unique per pool: stale run hints detect reuse */
 	char *map;		/* pool-side mapping, never registered */
+	bool hugetlb;		/* a hugetlbfs file (sbi_page_source_ops) */
 	/* Pages accessed through map since its last sweep (heap.c). */
 	_Atomic uint32_t pool_ptes;
 	/* Protected by pool->lock. */
@@ -224,6 +230,10 @@ enum { SBI_RBIT_COLD = 0, SBI_RBIT_REF = 1, SBI_RBIT_HOT = 2 };
 
 struct sbi_page_source_ops {
 	const char *name;
+	/* Heaps on hugetlbfs (SB_POOL_HUGETLB): files with no write(2), so
+	 * pages are allocated and zeroed by fallocate (heap.c), and mapped
+	 * MAP_NORESERVE (the pool allocates before it maps). */
+	bool hugetlb;
 	/* A file of `bytes` (sized, sealed against resizing) the pool maps
 	 * MAP_SHARED and places pages from. Returns it, or -errno. */
 	int (*heap_fd)(void *ctx, size_t bytes);
@@ -240,8 +250,8 @@ struct sbi_page_source {
 	void *ctx;
 };
 
-/* The process's own memfds. */
-struct sbi_page_source sbi_memfd_source(void);
+/* The process's own memfds; hugetlb: on the system's huge pages. */
+struct sbi_page_source sbi_memfd_source(bool hugetlb);
 struct sbi_dclient;
 /* Heaps from sparsebufd through c, the process's own memfds while it is
  * away (a heap is address space; memory is what the lease counts). */
@@ -347,15 +357,17 @@ struct sbi_heap *sbi_heap_import(int fd, off_t off, size_t bytes,
 void sbi_heap_destroy(const struct sbi_page_source *src, struct sbi_heap *heap,
 		      size_t page_size);
 /* Make pages [idx, idx+n) hold zeros, allocating what has no memory yet:
- * written through the file (pwrite), never through a mapping, so that no
- * page-table entry is made on the pool's side and the mmap lock is never
- * taken. Returns 0, or -ENOMEM when memory cannot be had (a fault that
+ * written through the file (pwrite; on hugetlbfs, which has no write(2),
+ * punched and allocated again by fallocate, which zeroes), never through a
+ * mapping, so that no page-table entry is made on the pool's side and the
+ * mmap lock is never taken. Returns 0, or -ENOMEM when memory cannot be had (a fault that
  * cannot allocate would raise SIGBUS instead); pages may then be partly
  * allocated (punch them). */
 int sbi_heap_zero(struct sbi_heap *heap, uint32_t idx, uint32_t n,
 		  size_t page_size);
 /* Write len bytes (at most a page) from src into page idx of the heap,
- * through the file (pwrite). 0, or -ENOMEM when memory cannot be had, or
+ * through the file (pwrite; on hugetlbfs, allocated by fallocate and then
+ * copied through the pool's mapping). 0, or -ENOMEM when memory cannot be had, or
  * -errno. */
 int sbi_heap_write(struct sbi_heap *heap, uint32_t idx, const void *src,
 		   size_t len, size_t page_size);
@@ -489,6 +501,8 @@ struct sb_pool {
 	 * of its own heaps, minor faults on shmem (Linux 5.14), pages of
 	 * 64 KiB or less. */
 	bool can_home;
+	/* Heaps on hugetlbfs (SB_POOL_HUGETLB). */
+	bool hugetlb;
 	/* The ready thread takes placed pages' first access (touch.c):
 	 * SPARSEBUF_TOUCH, or a probe that found it slow. */
 	bool touch_placed;

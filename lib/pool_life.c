@@ -138,6 +138,12 @@ SB_API struct sb_pool *sb_pool_connect_sz(const char *path,
 		return fail(err, r);
 	if (sbi_opts_check(&o))
 		return pool_create(&o, NULL, err);	/* says why */
+	if (o.flags & SB_POOL_HUGETLB) {
+		sbi_err("sb_pool_connect: huge-page heaps (SB_POOL_HUGETLB, "
+			"SPARSEBUF_HUGETLB) are for local pools: sparsebufd "
+			"hands out shmem heaps");
+		return fail(err, -EOPNOTSUPP);
+	}
 	/* A floor is whole pages (the pool's budget is counted in them),
 	 * and a size the protocol carries. */
 	if (o.min_bytes > SBD_MAX_BYTES - o.page_size) {
@@ -176,7 +182,7 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	const char *why;
 	pthread_condattr_t ca;
 	size_t folio;
-	bool big_folios;
+	bool big_folios, hugetlb;
 	int r;
 
 	if (!opts)
@@ -205,7 +211,16 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	 * faults, refuse rather than risk it. (An application's
 	 * MADV_COLLAPSE, or the setting changed later, can still make such
 	 * folios there: on such a kernel nothing catches that.) */
-	folio = sbi_shmem_folio_bytes();
+	hugetlb = opts->flags & SB_POOL_HUGETLB;
+	if (hugetlb && client) {
+		sbi_err("sb_pool_connect: huge-page heaps (SB_POOL_HUGETLB, "
+			"SPARSEBUF_HUGETLB) are for local pools: sparsebufd "
+			"hands out shmem heaps");
+		return fail_client(client, err, -EOPNOTSUPP);
+	}
+	/* hugetlbfs heaps have no folio smaller than a page (their pages are
+	 * whole huge pages), whatever shmem_enabled says. */
+	folio = hugetlb ? 0 : sbi_shmem_folio_bytes();
 	big_folios = folio > opts->page_size;
 	if (big_folios && !(f->uffd_features & UFFD_FEATURE_MINOR_SHMEM)) {
 		sbi_err("shmem_enabled gives the heaps folios of up to %zu "
@@ -231,7 +246,9 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	pool->pages_per_heap = (uint32_t)(opts->heap_size / opts->page_size);
 	pool->big_folios = big_folios;
 	/* The pages come from the page source; so does the budget. */
-	pool->source = client ? sbi_daemon_source(client) : sbi_memfd_source();
+	pool->hugetlb = hugetlb;
+	pool->source = client ? sbi_daemon_source(client)
+			      : sbi_memfd_source(hugetlb);
 	pool->max_bytes =
 		pool->source.ops->budget(pool->source.ctx, opts->max_bytes);
 	pool->max_pages =
@@ -244,7 +261,9 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	pool->numa_node = opts->numa_node;
 	pool->can_wp = f->wp_shmem;
 	pool->can_poison = f->poison;
-	pool->can_minor = f->uffd_features & UFFD_FEATURE_MINOR_SHMEM;
+	pool->can_minor = f->uffd_features &
+			  (hugetlb ? UFFD_FEATURE_MINOR_HUGETLBFS
+				   : UFFD_FEATURE_MINOR_SHMEM);
 	pool->can_recycle = sbi_env_recycle() && pool->can_minor;
 	/* Beyond 64 KiB a page read in costs more in fresh memory (the home
 	 * page's, zeroed) than the mappings save: 1 MiB pages read in order
@@ -259,6 +278,9 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 		 * seventh of what it costs with. */
 		pool->touch_placed = t == 1 ||
 				     (t < 0 && f->first_access_ns > 1000);
+		/* A huge page's first access maps it whole, at once. */
+		if (hugetlb)
+			pool->touch_placed = false;
 	}
 	/* A read fault maps 16 pages here (64 KiB), for 0.22 us a page
 	 * against 0.47 us for MAP_POPULATE's walk, which looks up and marks
@@ -326,6 +348,7 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	pool->uffd = r = sbi_uffd_open(UFFD_FEATURE_WP_HUGETLBFS_SHMEM |
 				       UFFD_FEATURE_POISON |
 				       UFFD_FEATURE_MINOR_SHMEM |
+				       UFFD_FEATURE_MINOR_HUGETLBFS |
 				       UFFD_FEATURE_THREAD_ID);
 	if (r < 0)
 		goto out;
@@ -526,7 +549,17 @@ static void make_default(void)
 		default_err = err;
 		return;
 	}
-	sbi_env_opts(&opts);
+	sbi_env_opts(&opts, sizeof(opts));
+	if (sbi_env_daemon() && (opts.flags & SB_POOL_HUGETLB)) {
+		/* Not a missing daemon: running alone would leave the
+		 * machine's budget without saying so. */
+		sbi_err("the default pool is unavailable: SPARSEBUF_HUGETLB=1 "
+			"and SPARSEBUF_DAEMON=%s: sparsebufd hands out shmem "
+			"heaps, huge-page heaps are for local pools",
+			sbi_env_daemon());
+		default_err = -EOPNOTSUPP;
+		return;
+	}
 	if (sbi_env_daemon()) {
 		/* SPARSEBUF_DAEMON: a client of sparsebufd. No daemon now:
 		 * SPARSEBUF_DAEMON_FALLBACK says whether to run alone. With
@@ -550,7 +583,9 @@ static void make_default(void)
 			 "its own budget (SPARSEBUF_DAEMON_FALLBACK=local)",
 			 sbi_env_daemon(), strerror(-err));
 	}
-	default_pool = sb_pool_create(&opts, &err);
+	/* The whole struct: the exported sb_pool_create takes 0.1's, which
+	 * has no flags (SPARSEBUF_HUGETLB). */
+	default_pool = sb_pool_create_sz(&opts, sizeof(opts), &err);
 	default_err = default_pool ? 0 : err;
 	if (!default_pool)
 		sbi_err("the default pool is unavailable: %s", strerror(-err));

@@ -442,6 +442,8 @@ SB_API int sb_features_get_sz(struct sb_features *f, size_t size)
 		return -EINVAL;
 	o = *sbi_features();
 	o.map_count = sbi_map_count();
+	o.hugetlb_page_size = sbi_hugetlb_page_bytes();
+	o.hugetlb_pages_free = sbi_hugetlb_pages_free();
 	return sbi_struct_out(f, size, &o, sizeof(o), SBI_SIZE_FEATURES_0_1);
 }
 

@@ -132,7 +132,7 @@ SB_API void sb_pool_opts_init_sz(struct sb_pool_opts *opts, size_t size)
 	if (!opts)
 		return;
 	memset(&o, 0, sizeof(o));
-	sbi_env_opts(&o);
+	sbi_env_opts(&o, size);
 	/* Too small for any release: left alone (sb_pool_create refuses
 	 * it). */
 	(void)sbi_struct_out(opts, size, &o, sizeof(o),

@@ -7,8 +7,8 @@
  * Buffers, faults, eviction and the disk tier see only heaps and pages,
  * never the source.
  *
- * Two sources: the process's own memfds, the budget being the pool's
- * max_bytes; and sparsebufd (dclient.c), which owns one budget for every
+ * Two sources: the process's own memfds (shmem, or hugetlbfs for a pool
+ * of huge pages), the budget being the pool's max_bytes; and sparsebufd (dclient.c), which owns one budget for every
  * process on the machine and passes memfds over a UNIX socket (hence
  * files, sealed against resizing: a descriptor that crossed a socket must
  * keep its size). A client pool's budget is its lease (lease.c).
@@ -26,7 +26,13 @@
 static int memfd_heap_fd(void *ctx, size_t bytes)
 {
 	(void)ctx;
-	return sbd_heap_file("sparsebuf-heap", bytes);
+	return sbd_heap_file("sparsebuf-heap", bytes, false);
+}
+
+static int hugetlb_heap_fd(void *ctx, size_t bytes)
+{
+	(void)ctx;
+	return sbd_heap_file("sparsebuf-heap", bytes, true);
 }
 
 static void memfd_heap_release(void *ctx, int fd, size_t bytes)
@@ -51,9 +57,21 @@ static const struct sbi_page_source_ops memfd_ops = {
 	.budget = memfd_budget,
 };
 
-struct sbi_page_source sbi_memfd_source(void)
+/* The same on hugetlbfs (SB_POOL_HUGETLB): the pages are the system's
+ * reserved huge pages, which the heaps allocate with fallocate and give
+ * back with the same punch. */
+static const struct sbi_page_source_ops hugetlb_ops = {
+	.name = "memfd (huge pages)",
+	.hugetlb = true,
+	.heap_fd = hugetlb_heap_fd,
+	.heap_release = memfd_heap_release,
+	.budget = memfd_budget,
+};
+
+struct sbi_page_source sbi_memfd_source(bool hugetlb)
 {
-	return (struct sbi_page_source){&memfd_ops, NULL};
+	return (struct sbi_page_source){hugetlb ? &hugetlb_ops : &memfd_ops,
+					NULL};
 }
 
 /* ---- heaps from sparsebufd ------------------------------------------------ */

@@ -56,6 +56,14 @@ static size_t pages_len(const struct sb_buf *buf, size_t n)
 	return n << buf->pool->page_shift;
 }
 
+/* A heap's pages are allocated before they are mapped: a hugetlbfs
+ * mapping reserves nothing more (without MAP_NORESERVE it would reserve
+ * every hole of the range, and fail when they are not free). */
+static int heap_flags(const struct sbi_heap *h)
+{
+	return MAP_SHARED | (h->hugetlb ? MAP_NORESERVE : 0);
+}
+
 /* Every mapping change of a buffer's range goes through here. */
 static void *fixed_map(void *addr, size_t len, int prot, int flags, int fd,
 		       off_t off)
@@ -211,15 +219,15 @@ int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
 		bool one_table = (a ^ (a + len - 1)) < TABLE_SPAN;
 
 		p = fixed_map(addr, len, prot,
-			      MAP_SHARED | (one_table ? MAP_POPULATE : 0),
+			      heap_flags(h) | (one_table ? MAP_POPULATE : 0),
 			      h->fd, sbi_pid_off(pool, pid));
 		if (p == MAP_FAILED)
 			return map_error(errno);
 		populate_walked(pool, p, len, one_table);
 		return 0;
 	}
-	p = fixed_map(page_addr(buf, idx), pages_len(buf, n), prot, MAP_SHARED,
-		      h->fd, sbi_pid_off(pool, pid));
+	p = fixed_map(page_addr(buf, idx), pages_len(buf, n), prot,
+		      heap_flags(h), h->fd, sbi_pid_off(pool, pid));
 	if (p == MAP_FAILED)
 		return map_error(errno);
 	fill_by_faults(pool, p, pages_len(buf, n), pool->fault_around);
@@ -245,7 +253,7 @@ int sbi_vma_map_home(struct sb_buf *buf, size_t idx, size_t n,
 	 * handler too, which waits for the read. Not for a clean home
 	 * (home.c): its pages appear in the memfd only whole and checked,
 	 * and the kernel maps them where they are touched. */
-	if (fixed_map(addr, len, buf_prot(buf), MAP_SHARED, h->fd, 0) ==
+	if (fixed_map(addr, len, buf_prot(buf), heap_flags(h), h->fd, 0) ==
 	    MAP_FAILED)
 		return map_error(errno);
 	return sbi_uffd_register(buf->pool->uffd, addr, len,
@@ -622,7 +630,9 @@ int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
 	 * MAP_POPULATE: it would copy every page (a write populate).
 	 */
 	home_lose(buf, idx, n);
-	if (fixed_map(addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE,
+	if (fixed_map(addr, len, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | (heap_flags(sbi_pid_heap(pool, pid)) &
+				     MAP_NORESERVE),
 		      sbi_pid_heap(pool, pid)->fd, sbi_pid_off(pool, pid)) ==
 	    MAP_FAILED)
 		return map_error(errno);
@@ -702,7 +712,9 @@ int sbi_vma_wpfail(struct sb_buf *buf, size_t idx, sbi_pid pid, uint32_t tid)
 	 * when PROT_WRITE comes.
 	 */
 	home_lose(buf, idx, 1);
-	if (fixed_map(addr, len, PROT_READ, MAP_PRIVATE,
+	if (fixed_map(addr, len, PROT_READ,
+		      MAP_PRIVATE | (heap_flags(sbi_pid_heap(pool, pid)) &
+				     MAP_NORESERVE),
 		      sbi_pid_heap(pool, pid)->fd, sbi_pid_off(pool, pid)) ==
 	    MAP_FAILED)
 		r = map_error(errno);

@@ -229,6 +229,12 @@ int main(int argc, char **argv)
 		printf("NUMA nodes:       libnuma reports no NUMA support\n");
 	printf("mappings:         %ld of vm.max_map_count=%ld\n", f.map_count,
 	       f.max_map_count);
+	if (f.hugetlb_page_size)
+		printf("huge pages:       %zu KiB, %ld free (vm.nr_hugepages); "
+		       "heaps use them with SPARSEBUF_HUGETLB=1\n",
+		       f.hugetlb_page_size >> 10, f.hugetlb_pages_free);
+	else
+		printf("huge pages:       none in this kernel\n");
 	{
 		const char *t = getenv("SPARSEBUF_TOUCH");
 		bool on = t && *t && strcmp(t, "auto") ? strcmp(t, "0") != 0
@@ -256,7 +262,15 @@ int main(int argc, char **argv)
 		print_size("  page size:     ", o.page_size);
 	else
 		printf("  page size:      invalid (see the message above)\n");
-	if (o.page_size)
+	if (o.page_size && (o.flags & SB_POOL_HUGETLB))
+		printf("  heaps:          huge pages of %zu KiB "
+		       "(SPARSEBUF_HUGETLB=1): %ld free now%s\n",
+		       f.hugetlb_page_size >> 10, f.hugetlb_pages_free,
+		       f.hugetlb_pages_free ? ""
+					    : ": every placement will fail "
+					      "with ENOMEM until some are "
+					      "reserved (vm.nr_hugepages)");
+	else if (o.page_size)
 		shmem_folios(o.page_size);
 	print_size("  heap size:     ", o.heap_size);
 	print_size("  budget:        ", o.max_bytes);

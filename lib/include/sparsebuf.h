@@ -70,7 +70,22 @@ struct sb_pool_opts {
 	 * local pool has its budget to itself and ignores it. 0 = none;
 	 * SPARSEBUF_MIN_BYTES. */
 	size_t min_bytes;
+	/* Since 0.3. SB_POOL_* below; 0 = none. */
+	unsigned int flags;
 };
+
+/* Heaps of the system's huge pages (hugetlbfs, MFD_HUGETLB) rather than
+ * shmem: each placed page is mapped by page-directory entries, one per
+ * huge page, instead of one page-table entry per 4 KiB, so placing and
+ * first touching a page costs a small fraction as much (docs/api.md,
+ * "Huge-page heaps"; on a shadow-paging VM, 0.3 us a 4 KiB against 8).
+ * page_size and heap_size must be multiples of the huge page size
+ * (sb_features.hugetlb_page_size), and the pages come from the huge
+ * pages the administrator reserved (vm.nr_hugepages), which the library
+ * never changes: when they run out, placements fail with -ENOMEM as
+ * at the budget, and faults raise SIGBUS. Not with a NUMA node (-EINVAL)
+ * nor sb_pool_connect (-EOPNOTSUPP). SPARSEBUF_HUGETLB=1. */
+#define SB_POOL_HUGETLB 0x1u
 
 /* Fill *opts with the defaults (256 KiB pages, 64 MiB heaps, no budget, no
  * NUMA binding), then apply the SPARSEBUF_* environment variables. When a
@@ -377,6 +392,13 @@ struct sb_features {
 	 * measured). Pools fill placed pages' page tables that way when it
 	 * is at least 16 and first_access_ns is small, else MAP_POPULATE. */
 	long fault_around_pages;
+	/* New in 0.3: the system's default huge page size, which
+	 * SB_POOL_HUGETLB heaps use (0: the kernel has none), and how many
+	 * of those pages are free now and not reserved by a mapping
+	 * (HugePages_Free - HugePages_Rsvd, read fresh on each call; 0
+	 * unless the administrator reserved some). */
+	size_t hugetlb_page_size;
+	long hugetlb_pages_free;
 };
 
 /* Probe once per process (cached; a probe that ran short of descriptors or
