@@ -130,9 +130,10 @@ static int save_run(const char *path, struct sbm_session *s,
  * The pool of the sparse KV cache. Its page is the unit the cache grows,
  * shares and caches prefixes in, so it follows the model: a sixteenth of
  * a K or V region (seq_len rows), between 4 KiB and the default 256 KiB,
- * unless SPARSEBUF_PAGE_SIZE says otherwise. stories260K's regions are
- * 64 KiB: 4 KiB pages, where 256 KiB pages would commit 4x a dense
- * cache; a model with a 32k context keeps 256 KiB.
+ * unless SPARSEBUF_PAGE_SIZE or SPARSEBUF_HUGETLB says otherwise.
+ * stories260K's regions are 64 KiB: 4 KiB pages, where 256 KiB pages
+ * would commit 4x a dense cache; a model with a 32k context keeps
+ * 256 KiB.
  */
 static struct sb_pool *default_pool(void)
 {
@@ -154,6 +155,9 @@ static struct sb_pool *kv_pool(const struct sbm_model *m, enum sbk_dtype dtype)
 	if (getenv("SPARSEBUF_PAGE_SIZE"))
 		return default_pool();
 	sb_pool_opts_init(&o);
+	/* SPARSEBUF_HUGETLB=1: pages of the huge page size, as asked. */
+	if (o.flags & SB_POOL_HUGETLB)
+		return default_pool();
 	region = (size_t)m->c.seq_len * (size_t)m->kv_dim *
 		 sbk_dtype_size(dtype);
 	while (page * 2 <= region / 16 && page * 2 <= o.page_size)

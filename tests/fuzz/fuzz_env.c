@@ -31,7 +31,7 @@
 static const char *const names[] = {
 	"SPARSEBUF_PAGE_SIZE", "SPARSEBUF_HEAP_SIZE", "SPARSEBUF_MAX_BYTES",
 	"SPARSEBUF_NUMA_NODE", "SPARSEBUF_LOG",	      "SPARSEBUF_FAULT_THREADS",
-	"SPARSEBUF_RECYCLE",   "SPARSEBUF_PAGER",
+	"SPARSEBUF_RECYCLE",   "SPARSEBUF_PAGER",     "SPARSEBUF_HUGETLB",
 };
 #define NNAMES (sizeof(names) / sizeof(names[0]))
 
@@ -62,6 +62,7 @@ static void reset(void)
 	env_opts = saved_opts;
 	env_error = 0;
 	env_fault_threads = saved_threads;
+	env_shmem_page = env_shmem_heap = 0;
 	sbi_log_level = saved_log;
 }
 
@@ -97,6 +98,10 @@ static void use_pool(void)
 	if (o.page_size > ((size_t)2 << 20) ||
 	    o.heap_size > ((size_t)64 << 20) || env_fault_threads == 0 ||
 	    env_fault_threads > 4)
+		return;
+	/* Huge pages are the machine's, reserved or not: not the parser's
+	 * business (tests/test_hugetlb.c). */
+	if (o.flags & SB_POOL_HUGETLB)
 		return;
 	p = sb_pool_create(&o, &err);
 	if (!p) {
@@ -162,7 +167,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			check_size(eq + 1);
 	}
 	sparsebuf_init_env();
-	sbi_env_opts(&o);
+	sbi_env_opts(&o, sizeof(o));
 	if (sbi_env_error()) {
 		FUZZ_CHECK(sbi_env_error() == -EINVAL && o.page_size == 0,
 			   "bad environment: error %d, page_size %zu",
