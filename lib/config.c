@@ -131,7 +131,8 @@ static void env_numa(void)
 }
 
 /* The system's huge pages, which SB_POOL_HUGETLB's option checks and
- * SPARSEBUF_HUGETLB's default page size depend on. A "Name:   value" line of /proc/meminfo, the value as written (kB for
+ * SPARSEBUF_HUGETLB's default page size depend on. meminfo_value: a
+ * "Name:   value" line of /proc/meminfo, the value as written (kB for
  * sizes, a count for HugePages_*); -1 when absent. */
 static long meminfo_value(const char *name)
 {
@@ -408,7 +409,6 @@ const char *sbi_opts_check(const struct sb_pool_opts *o)
 		if (o->numa_node >= 0)
 			return "huge-page heaps (SPARSEBUF_HUGETLB) cannot be "
 			       "bound to a NUMA node (SPARSEBUF_NUMA_NODE)";
-
 		if (!huge)
 			return "huge-page heaps (SPARSEBUF_HUGETLB), and this "
 			       "kernel has no huge pages";

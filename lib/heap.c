@@ -2,12 +2,14 @@
 /*
  * One placement heap: a memfd of heap_size bytes, cut into pages, with a
  * pool-side mapping through which the library copies, checks and does I/O
- * on pages. Zeroing goes through the file. The pool side keeps at most
- * 2 MiB of page-table entries per heap between operations, for at most
- * 100 ms (sbi_heap_unmap_pool). The pool-side mapping is never registered
- * with userfaultfd, so the handler thread may touch it. The file comes from
- * the pool's page source (source.c): the process's own memfd, or later a
- * daemon's lease.
+ * on pages. Zeroing goes through the file (on hugetlbfs, which has no
+ * write(2), through fallocate and the pool-side mapping). The pool side
+ * keeps at most 2 MiB of page-table entries per heap between operations
+ * (a huge-page heap: the pages zeroed since the last sweep), for at most
+ * 100 ms (sbi_heap_unmap_pool). The pool-side mapping is never
+ * registered with userfaultfd, so the handler thread may touch it. The
+ * file comes from the pool's page source (source.c): the process's own
+ * memfd (shmem or hugetlbfs), or a daemon's lease.
  */
 #include "internal.h"
 
