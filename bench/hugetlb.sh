@@ -69,9 +69,9 @@ for b in kv place hugewarm; do
 done
 knob=/proc/sys/vm/nr_hugepages
 meminfo() { awk -v k="$1:" '$1 == k { print $2 }' /proc/meminfo; }
-if [ "$(meminfo Hugepagesize)" != 2048 ] || [ ! -w "$knob" ]; then
-	echo "$cli_name: needs 2 MiB huge pages and $knob writable (root):" \
-		"nothing to measure" >&2
+if [ "$(meminfo Hugepagesize)" != 2048 ]; then
+	echo "$cli_name: needs 2 MiB huge pages (Hugepagesize in" \
+		"/proc/meminfo): nothing to measure" >&2
 	exit 77
 fi
 # Pages: the largest cache (144 KiB a token), a page per region of slack
@@ -81,14 +81,19 @@ for t in $(echo "$tokens" | tr , ' '); do [ "$t" -gt "$max" ] && max=$t; done
 need=$((max * 144 / 2048 + 256))
 [ "$need" -lt 2304 ] && need=2304
 knob_stale
-echo "(vm.nr_hugepages is raised for this run; if this is killed, restore" \
-	"it: echo $(cat "$knob") > $knob)"
-trap knob_restore EXIT
-trap 'exit 130' INT TERM
-trap 'exit 129' HUP
-trap 'exit 141' PIPE
 free=$(meminfo HugePages_Free)
 if [ "$free" -lt "$need" ]; then
+	if [ ! -w "$knob" ]; then
+		echo "$cli_name: $free huge pages free, $need needed, and" \
+			"$knob is not writable here (root): nothing to measure" >&2
+		exit 77
+	fi
+	echo "(vm.nr_hugepages is raised for this run; if this is killed," \
+		"restore it: echo $(cat "$knob") > $knob)"
+	trap knob_restore EXIT
+	trap 'exit 130' INT TERM
+	trap 'exit 129' HUP
+	trap 'exit 141' PIPE
 	knob_set "$knob" $(($(cat "$knob") + need - free)) raise
 	free=$(meminfo HugePages_Free)
 	if [ "$free" -lt "$need" ]; then
