@@ -1086,9 +1086,13 @@ static void sessions_table(void)
 		abort();
 	sb_pool_stats(pool, &st);
 	page = st.page_size;
+	memset(seq, 0, sizeof(seq));
 	base = sb_kv_create(pool, &cfg, &err);
+	if (!base)
+		goto no_memory;
 	for (size_t t = 0; t < prompt; t++) {
-		sb_kv_prepare(base, 1);
+		if ((err = (int)sb_kv_prepare(base, 1)) < 0)
+			goto no_memory;
 		for (int l = 0; l < LAYERS; l++) {
 			memcpy((char *)sb_kv_k(base, l) + t * ROW, rows_src[0], ROW);
 			memcpy((char *)sb_kv_v(base, l) + t * ROW, rows_src[1], ROW);
@@ -1100,9 +1104,10 @@ static void sessions_table(void)
 
 		seq[i] = sb_kv_fork(base, prompt, &err);
 		if (!seq[i])
-			abort();
+			goto no_memory;
 		for (size_t t = prompt; t < len; t++) {
-			sb_kv_prepare(seq[i], 1);
+			if ((err = (int)sb_kv_prepare(seq[i], 1)) < 0)
+				goto no_memory;
 			for (int l = 0; l < LAYERS; l++) {
 				memcpy((char *)sb_kv_k(seq[i], l) + t * ROW,
 				       rows_src[2], ROW);
@@ -1154,6 +1159,18 @@ static void sessions_table(void)
 		       : "FAIL");
 	for (int i = 0; i < NS; i++)
 		sb_kv_destroy(seq[i]);
+	sb_pool_destroy(pool);
+	return;
+no_memory:
+	/* Writing rows that could not be placed would raise SIGBUS: on huge
+	 * pages (SPARSEBUF_HUGETLB) the table needs about 2 GiB of them. */
+	printf("\n8 sessions sharing a %zu-token prompt: not measured: %s "
+	       "(the pool could not place the pages; with SPARSEBUF_HUGETLB, "
+	       "too few huge pages free: bench/hugetlb.sh reserves enough)\n",
+	       prompt, strerror(-err));
+	for (int i = 0; i < NS; i++)
+		sb_kv_destroy(seq[i]);
+	sb_kv_destroy(base);
 	sb_pool_destroy(pool);
 }
 

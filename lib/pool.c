@@ -835,7 +835,19 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 			r = sbi_heap_zero(h, i, 1, pool->page_size);
 	}
 	if (r < 0) {
-		sbi_warn("no memory for a heap page: %s", strerror(-r));
+		/* Said at most once a second: out of huge pages (a pool of
+		 * them) is as ordinary as a full budget, and every placement
+		 * then comes here. */
+		static _Atomic uint64_t said_ms;
+		uint64_t now = sbi_mono_ms(), last = atomic_load(&said_ms);
+
+		if ((now - last >= 1000 || !last) &&
+		    atomic_compare_exchange_strong(&said_ms, &last, now))
+			sbi_warn("no memory for a heap page: %s%s",
+				 strerror(-r),
+				 pool->hugetlb ? " (no huge page free: "
+						 "vm.nr_hugepages)"
+					       : "");
 		for (size_t k = 0; k < n; k++)	/* partial allocations */
 			if (prep[k] != PREP_NONE)
 				sbi_heap_punch(sbi_pid_heap(pool, out[k]),
