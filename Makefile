@@ -282,10 +282,12 @@ bench: deps-bench
 	@bench/run.sh $(BUILD)
 
 # The disk tier alone: bench/pagein (sequential, random, evict; against fio
-# and mmap) and its fault counts under perf. PAGEIN_ARGS="--quick" for a
-# smoke run of a few seconds; see bench/pagein.c for the options.
+# and mmap), the sequential part again on 2 MiB pages (shmem huge folios;
+# heaps of huge pages, reserved for the run where it may), and its fault
+# counts under perf. PAGEIN_ARGS="--quick" for a smoke run of a few
+# seconds; see bench/pagein.c for the options.
 bench-pagein: deps-bench
-	@$(MAKE) --no-print-directory $(BUILD)/bench/pagein
+	@$(MAKE) --no-print-directory $(BUILD)/bench/pagein $(BUILD)/bench/hugewarm
 	@bench/pagein.sh $(BUILD) $(PAGEIN_ARGS)
 
 # pkg-config files, their paths relative to ${prefix} where they lie under

@@ -81,7 +81,7 @@ for t in $(echo "$tokens" | tr , ' '); do [ "$t" -gt "$max" ] && max=$t; done
 need=$((max * 144 / 2048 + 256))
 [ "$need" -lt 2304 ] && need=2304
 knob_stale
-free=$(meminfo HugePages_Free)
+free=$(($(meminfo HugePages_Free) - $(meminfo HugePages_Rsvd)))
 if [ "$free" -lt "$need" ]; then
 	if [ ! -w "$knob" ]; then
 		echo "$cli_name: $free huge pages free, $need needed, and" \
@@ -95,7 +95,7 @@ if [ "$free" -lt "$need" ]; then
 	trap 'exit 129' HUP
 	trap 'exit 141' PIPE
 	knob_set "$knob" $(($(cat "$knob") + need - free)) raise
-	free=$(meminfo HugePages_Free)
+	free=$(($(meminfo HugePages_Free) - $(meminfo HugePages_Rsvd)))
 	if [ "$free" -lt "$need" ]; then
 		echo "$cli_name: only $free huge pages could be reserved," \
 			"$need needed: not enough free memory" >&2

@@ -40,11 +40,14 @@
  * (outside it): a kernel thread of the machine that ran for half the step
  * or more while this thread was preempted (kdamond, kswapd, kcompactd,
  * khugepaged: CPU time from /proc/PID/schedstat), the host (this CPU's
- * steal time in /proc/stat rose, 10 ms ticks), this thread's involuntary
- * then voluntary context switches, the pool's pages prepared by the caller,
- * the pool's faults, else none seen. The worst and p99.9 targets judge the
- * steps not taken by such a thread or the host; the figures over all steps are printed
- * beside them, with how many steps such a thread took. Memory at 1k, 4k, 16k and 32k tokens: the strategy's own accounting
+ * steal time in /proc/stat rose, 10 ms ticks), a thread outside this
+ * process (this thread was preempted while none of the process's other
+ * threads that may run on its CPU ran: their schedstat), this thread's
+ * involuntary then voluntary context switches, the pool's pages prepared
+ * by the caller, the pool's faults, else none seen. The worst and p99.9
+ * targets judge the steps not taken by the machine (the first three); the
+ * figures over all steps are printed beside them, with how many steps the
+ * machine took. Memory at 1k, 4k, 16k and 32k tokens: the strategy's own accounting
  * (pool pages for sparsebuf), the pool's resident bytes (its ready reserve
  * included), and the process's RSS and PSS growth since the strategy
  * started. Attention throughput at 4k and at the end relative to dense.
@@ -87,6 +90,7 @@
 #include <stdint.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -513,6 +517,9 @@ enum cause {
 			 * at least half the step */
 	C_STEAL,	/* the host ran something else on this vCPU: its
 			 * steal time rose (10 ms ticks in /proc/stat) */
+	C_OUTSIDE,	/* preempted, and no other thread of this process
+			 * that may run on this CPU ran meanwhile: a thread
+			 * outside the process took the CPU */
 	C_PREEMPT,	/* an involuntary context switch of this thread */
 	C_FAULT,	/* the pool's faults rose: it waited for the handler */
 	C_BLOCKED,	/* a voluntary switch: a lock, a wait */
@@ -523,13 +530,17 @@ enum cause {
 
 static const char *const cause_name[NCAUSE] = {
 	"preempted by a kernel thread of the machine (kdamond, kswapd, ...)",
-	"the host took the vCPU (steal time rose)", "preempted", "page fault (waited for the handler)",
+	"the host took the vCPU (steal time rose)",
+	"preempted by a thread outside this process (none of its threads "
+	"that may run on this CPU ran)",
+	"preempted", "page fault (waited for the handler)",
 	"blocked (lock, wait)", "prepared a page itself",
 	"none seen (VM or IRQ)",
 };
 
 static const char *const cause_short[NCAUSE] = {
-	"kthread", "steal", "preempted", "fault", "blocked", "prepared", "none",
+	"kthread", "steal", "outside", "preempted", "fault", "blocked",
+	"prepared", "none",
 };
 
 /* Steps over this count in the breakdown (and KV_DEBUG prints them). */
@@ -541,6 +552,12 @@ struct probe {
 	uint64_t placed, touched;	/* pages; KV_DEBUG's touch backlog */
 	uint64_t kthread_ns;	/* CPU time of the watched kernel threads */
 	uint64_t steal;		/* this CPU's steal time, USER_HZ ticks */
+	uint64_t sib_ns;	/* CPU time of the process's other threads
+				 * that may run on this CPU */
+	uint64_t sib_mask;	/* which of the list's threads were summed */
+	uint32_t sib_gen;	/* which list */
+	bool sib_ok;		/* every thread of the process was read */
+	uint64_t run_delay;	/* this thread's wait for a CPU, ns */
 	long minflt;		/* this thread's minor faults (any) */
 };
 
@@ -681,6 +698,134 @@ static uint64_t lib_threads_ns(void)
 	return sum;
 }
 
+/*
+ * Whether a preemption of this thread was the work of another thread of
+ * this process (the library's, the kernels' pool): their CPU time
+ * (schedstat), summed over those whose affinity includes the CPU this
+ * thread is on, read around the step. A thread allowed there is counted
+ * even when it ran on the other CPU, so the sum errs towards "one of
+ * ours"; so does everything this cannot see: the list is made again when
+ * the process's thread count changes and at each strategy's start, and a
+ * step whose readings differ in which threads they summed (one came or
+ * went, an affinity changed), or that could not read one, or that has
+ * more threads than the list holds, is never "outside". With schedstats
+ * off every reading is 0 and so is this thread's wait (see classify()).
+ */
+#define NSIB 64
+static struct {
+	pid_t tid;
+	int fd;
+} sib[NSIB];
+static int nsib = -1;	/* -1: to be listed */
+static bool sib_full;	/* the process has threads the list lacks */
+static long sib_threads;	/* the process's thread count when listed */
+static uint32_t sib_gen;	/* lists made so far */
+static int self_stat_fd = -1, self_sched_fd = -1;
+
+static long threads_now(void)
+{
+	char b[1024], *p;
+	ssize_t n;
+	int field = 2;
+
+	if (self_stat_fd < 0)
+		self_stat_fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	n = self_stat_fd < 0 ? -1 : pread(self_stat_fd, b, sizeof(b) - 1, 0);
+	if (n <= 0)
+		return -1;
+	b[n] = 0;
+	p = strrchr(b, ')');	/* comm may hold spaces */
+	/* Field 20 (num_threads), counting from 1; p is at the end of 2. */
+	while (p && *p && field < 20)
+		if (*p++ == ' ')
+			field++;
+	return p ? strtol(p, NULL, 10) : -1;
+}
+
+static void siblings_list(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	pid_t self = (pid_t)syscall(SYS_gettid);
+
+	for (int i = 0; i < nsib; i++)
+		close(sib[i].fd);
+	nsib = 0;
+	sib_full = !d;
+	sib_gen++;
+	sib_threads = threads_now();
+	while (d && (e = readdir(d))) {
+		char path[300];
+		pid_t tid = (pid_t)atoi(e->d_name);
+
+		if (tid <= 0 || tid == self)
+			continue;
+		if (nsib == NSIB) {
+			sib_full = true;
+			break;
+		}
+		snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat",
+			 (int)tid);
+		sib[nsib].fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (sib[nsib].fd < 0)
+			sib_full = true;	/* gone, or not readable */
+		else
+			sib[nsib++].tid = tid;
+	}
+	if (d)
+		closedir(d);
+}
+
+/* This thread's time waiting on a run queue (ns), schedstat field 2. */
+static uint64_t self_run_delay(void)
+{
+	char b[96], *p;
+	ssize_t n;
+
+	if (self_sched_fd < 0)
+		self_sched_fd = open("/proc/thread-self/schedstat",
+				     O_RDONLY | O_CLOEXEC);
+	n = self_sched_fd < 0 ? -1 : pread(self_sched_fd, b, sizeof(b) - 1, 0);
+	if (n <= 0)
+		return 0;
+	b[n] = 0;
+	strtoull(b, &p, 10);
+	return strtoull(p, NULL, 10);
+}
+
+static void siblings_read(struct probe *p)
+{
+	int cpu = sched_getcpu();
+
+	if (nsib < 0 || threads_now() != sib_threads)
+		siblings_list();
+	p->sib_ns = 0;
+	p->sib_mask = 0;
+	p->sib_gen = sib_gen;
+	p->sib_ok = !sib_full && cpu >= 0 && cpu < CPU_SETSIZE;
+	for (int i = 0; i < nsib && p->sib_ok; i++) {
+		cpu_set_t set;
+		char b[96];
+		ssize_t n;
+
+		if (sched_getaffinity(sib[i].tid, sizeof(set), &set) != 0) {
+			p->sib_ok = false;
+			break;
+		}
+		if (!CPU_ISSET(cpu, &set))
+			continue;
+		n = pread(sib[i].fd, b, sizeof(b) - 1, 0);
+		if (n <= 0) {
+			p->sib_ok = false;
+			break;
+		}
+		b[n] = 0;
+		p->sib_ns += strtoull(b, NULL, 10);
+		p->sib_mask |= (uint64_t)1 << i;
+	}
+	p->run_delay = self_run_delay();
+}
+
 static void probe_pool(const struct strat *s, struct probe *p)
 {
 	struct sb_stats st;
@@ -712,12 +857,14 @@ static void probe_before(const struct strat *s, struct probe *p)
 	probe_pool(s, p);
 	p->kthread_ns = kthreads_ns();
 	p->steal = cpu_steal();
+	siblings_read(p);
 	probe_thread(p);
 }
 
 static void probe_after(const struct strat *s, struct probe *p)
 {
 	probe_thread(p);
+	siblings_read(p);
 	p->steal = cpu_steal();
 	p->kthread_ns = kthreads_ns();
 	probe_pool(s, p);
@@ -731,6 +878,16 @@ static enum cause classify(const struct probe *a, const struct probe *b,
 		return C_KTHREAD;
 	if (b->steal > a->steal)
 		return C_STEAL;
+	/* Another process's thread, or a kernel thread's, when this thread
+	 * waited for its CPU half the step or more and none of the process's
+	 * threads that may run there ran more than 10 us (the readings' own
+	 * cost: a thread that woke and slept again at once cannot have held
+	 * the CPU for a stall); only pinned, so that "there" is one CPU. */
+	if (pin && b->nivcsw > a->nivcsw && a->sib_ok && b->sib_ok &&
+	    a->sib_gen == b->sib_gen && a->sib_mask == b->sib_mask &&
+	    b->sib_ns >= a->sib_ns && b->sib_ns - a->sib_ns < 10000 &&
+	    (double)(b->run_delay - a->run_delay) >= dt_us * 1e3 / 2)
+		return C_OUTSIDE;
 	if (b->nivcsw > a->nivcsw)
 		return C_PREEMPT;
 	if (b->faults > a->faults)
@@ -816,7 +973,7 @@ struct result {
 	double total_growth_us;
 	double worst_us, p99_us, p999_us;
 	/* The same over the steps not taken by a kernel thread of the
-	 * machine (C_KTHREAD): what the targets judge. */
+	 * machine (C_KTHREAD, C_STEAL, C_OUTSIDE): what the targets judge. */
 	double own_worst_us, own_p999_us;
 	size_t own_top;		/* the step of own_worst_us */
 	size_t nkthread;	/* steps over SLOW_US taken by such a thread */
@@ -892,6 +1049,7 @@ static void run(int id)
 		strat_init(&s, id);
 	if (pin)
 		affinity(true);
+	siblings_list();	/* this strategy's threads */
 	r->setup_us = id != 0 ? s.setup_us : 0;
 	fprintf(stderr, "  %-36s", names[id]);
 	/* The library's CPU over the steps, the pauses to measure attention
@@ -917,7 +1075,9 @@ static void run(int id)
 			 * with it. */
 			fprintf(stderr, "\n step %zu at %.6f: %.0f us (grow "
 				"%.0f), last prepare placed %ld, %s (kernel "
-				"threads %.0f us, steal +%llu ticks, minor "
+				"threads %.0f us, waited for the CPU %.0f us, "
+				"the process's other threads %.0f us%s, "
+				"steal +%llu ticks, minor "
 				"faults +%ld, involuntary "
 				"+%ld, voluntary +%ld, sync prepares +%llu, "
 				"faults +%llu, at its start %lld pages "
@@ -925,6 +1085,13 @@ static void run(int id)
 				"thread%s)", t, t0 / 1e6, dt, t_grow,
 				last_prepare, cause_name[why],
 				(double)(p1.kthread_ns - p0.kthread_ns) / 1e3,
+				(double)(p1.run_delay - p0.run_delay) / 1e3,
+				(double)(p1.sib_ns - p0.sib_ns) / 1e3,
+				p0.sib_ok && p1.sib_ok &&
+						p0.sib_gen == p1.sib_gen &&
+						p0.sib_mask == p1.sib_mask
+					? ""
+					: " (not comparable)",
 				(unsigned long long)(p1.steal - p0.steal),
 				p1.minflt - p0.minflt,
 				p1.nivcsw - p0.nivcsw,
@@ -1033,7 +1200,9 @@ static void run(int id)
 		r->own_top = 0;
 		for (size_t t = 0; t < max_tok; t++) {
 			if ((r->cause[t] == C_KTHREAD ||
-			     r->cause[t] == C_STEAL) && r->stall[t] > SLOW_US) {
+			     r->cause[t] == C_STEAL ||
+			     r->cause[t] == C_OUTSIDE) &&
+			    r->stall[t] > SLOW_US) {
 				r->nkthread++;
 				continue;
 			}
@@ -1437,12 +1606,13 @@ static const char *pass(bool ok)
 }
 
 /* A strategy's worst over all steps, beside the worst of its own, when a
- * kernel thread of the machine took steps (C_KTHREAD). */
+ * kernel thread, the host or a thread outside the process took steps. */
 static void kthread_beside(const struct result *r)
 {
 	if (r->nkthread)
 		printf(" (all steps: %.3f ms; %zu step%s over 0.5 ms taken by "
-		       "the machine: %s, or the host)", r->worst_us / 1e3,
+		       "the machine: %s, the host, or a thread outside this "
+		       "process)", r->worst_us / 1e3,
 		       r->nkthread, r->nkthread > 1 ? "s" : "", kthread_names);
 }
 
@@ -1547,7 +1717,8 @@ static int targets(void)
 		       res[0].worst_us / 1e3, res[0].p999_us / 1e3);
 		if (res[0].nkthread)
 			printf(" (%zu step%s over 0.5 ms taken by the machine: "
-			       "%s, or the host; worst without them %.3f ms)",
+			       "%s, the host, or a thread outside this "
+			       "process; worst without them %.3f ms)",
 			       res[0].nkthread,
 			       res[0].nkthread > 1 ? "s" : "", kthread_names,
 			       res[0].own_worst_us / 1e3);

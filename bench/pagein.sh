@@ -2,7 +2,9 @@
 # The disk-tier benchmark in one command (make bench-pagein):
 #   bench/pagein.sh [BUILD_DIR] [pagein options]
 # runs bench/pagein (sequential, random, evict against fio and mmap; one
-# table of ratios and targets) and then bench/pagein-perf.sh (the
+# table of ratios and targets), its sequential part again on 2 MiB pages
+# (shmem huge folios, then heaps of huge pages: SPARSEBUF_HUGETLB=1, where
+# huge pages can be reserved), and then bench/pagein-perf.sh (the
 # sequential reader's fault counts under perf next to the library's).
 # Options go to both, e.g. --quick (a smoke run of a few seconds), --dir D,
 # --size 2G, --reps N, --page-size 1M; see bench/pagein.c (pagein --help).
@@ -13,8 +15,10 @@ usage() {
 	cat <<EOT
 usage: bench/pagein.sh [BUILD_DIR] [pagein options]
 
-The disk-tier benchmark: BUILD_DIR/bench/pagein (default build), then
-bench/pagein-perf.sh, both with the options given (BUILD_DIR/bench/pagein
+The disk-tier benchmark: BUILD_DIR/bench/pagein (default build), its
+sequential part again on 2 MiB pages (shmem huge folios, then heaps of
+huge pages where they can be reserved for the run), then
+bench/pagein-perf.sh, all with the options given (BUILD_DIR/bench/pagein
 --help lists them; --quick is a smoke run of seconds).
 
 options:
@@ -63,6 +67,50 @@ if [ -w "$thp" ]; then
 	knob_restore
 	trap - EXIT INT TERM HUP PIPE
 fi
+# Heaps of huge pages (docs/api.md "Huge-page heaps"): sparsebuf never
+# reserves them; this run raises vm.nr_hugepages to what the file needs
+# when fewer are free, takes each once (bench/hugewarm: on some VMs a huge
+# page's first use is the host's first backing of it), runs the sequential
+# part at 2 MiB pages with SPARSEBUF_HUGETLB=1, and puts the setting back.
+hugetlb_seq() {
+	hp=/proc/sys/vm/nr_hugepages
+	meminfo() { awk -v k="$1:" '$1 == k { print $2 }' /proc/meminfo; }
+	[ "$(meminfo Hugepagesize)" = 2048 ] || { echo "(no 2 MiB huge pages here: skipped)"; return 0; }
+	# The file's size as pagein resolves these options.
+	bytes=$("$build/bench/pagein" "$@" --file-bytes) || return 0
+	# The file's pages, the ready reserve and heap slack.
+	need=$((bytes / 2097152 + 96))
+	free=$(($(meminfo HugePages_Free) - $(meminfo HugePages_Rsvd)))
+	if [ "$free" -lt "$need" ]; then
+		if [ ! -w "$hp" ]; then
+			echo "($free huge pages free, $need needed, and $hp is not writable here: skipped)"
+			return 0
+		fi
+		echo "(vm.nr_hugepages is raised for the next run; if this is killed, restore it: echo $(cat "$hp") > $hp)"
+		trap knob_restore EXIT
+		trap 'exit 130' INT TERM
+		trap 'exit 129' HUP
+		trap 'exit 141' PIPE
+		knob_set "$hp" $(($(cat "$hp") + need - free)) raise
+		free=$(($(meminfo HugePages_Free) - $(meminfo HugePages_Rsvd)))
+		if [ "$free" -lt "$need" ]; then
+			echo "(only $free huge pages could be reserved, $need needed: skipped)"
+			knob_restore
+			return 0
+		fi
+	fi
+	[ -x "$build/bench/hugewarm" ] && "$build/bench/hugewarm"
+	SPARSEBUF_HUGETLB=1 "$build/bench/pagein" "$@" --only seq --page-size 2M || hstatus=$?
+	knob_restore
+	trap - EXIT INT TERM HUP PIPE
+}
+echo
+echo "=== sequential, 2 MiB pages, heaps of huge pages (SPARSEBUF_HUGETLB=1)"
+knob_stale
+hstatus=0
+hugetlb_seq "$@"
+# 3 (a target missed) counts; the default run's status stays first.
+[ $hstatus -ne 0 ] && [ $status -eq 0 ] && status=$hstatus
 echo
 echo "=== fault counts (bench/pagein-perf.sh)"
 bench/pagein-perf.sh "$build" "$@"

@@ -147,6 +147,10 @@ knob_set() {
 			knob_unlock
 			return 1
 		fi
+		# What the kernel took, which may be less than asked
+		# (vm.nr_hugepages reserves what free memory allows): the
+		# value that is put back only if nobody changed it since.
+		knob_put "$knob_d/set" "$(knob_value "$1")"
 	fi
 	knob_unlock
 }

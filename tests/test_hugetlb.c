@@ -8,6 +8,10 @@
  *   evict   an evictable buffer's pages to disk and back, with checksums
  *           (both pagers, with and without recycling); sb_buf_save with
  *           pages on disk, and sb_buf_restore
+ *   file    a file buffer read into huge pages (both pagers): by touch in
+ *           a scattered order and by prefetch, under a budget of 3 pages
+ *           (clean pages dropped and read again) whose pages held other
+ *           data before; the last page reads as zeros past the file's end
  *   empty   no huge page free: sb_buf_map fails with -ENOMEM, a touch of
  *           an unplaced page raises SIGBUS, and placement works again
  *           once pages are free; nothing placed before is lost
@@ -262,6 +266,63 @@ static int evict(void)
 	return 0;
 }
 
+/* 5 pages and a bit of a file, read through a pool of 3 pages: every
+ * page is read in, dropped and read in again, into pool pages that held
+ * other data (the zeros past the end of the file must be written, not
+ * assumed). */
+static int file(void)
+{
+	const size_t bytes = 5 * HUGE + 12344, npages = 6;
+	const char *path = disk_make_file("f.dat", bytes, 7);
+	struct sb_pool *p = huge_pool(3 * HUGE, NULL);
+	struct sb_buf *dirty = make_buf(p, 3 * HUGE, 0);
+	const volatile uint64_t *w;
+	struct sb_range r = {4 * HUGE, 2 * HUGE};
+	struct sb_buf *b;
+	int err = 0;
+
+	/* Fill the whole budget with other data, then give it back. */
+	memset(sb_buf_addr(dirty), 0x5a, 3 * HUGE);
+	sb_buf_destroy(dirty);
+	b = sb_buf_open_file(p, path, 0, bytes, 0, &err);
+	if (!b)
+		FAIL("sb_buf_open_file: %s", strerror(-err));
+	w = sb_buf_addr(b);
+	CHECK(sb_buf_length(b) >= bytes);
+	for (int round = 0; round < 3; round++) {
+		static const size_t scattered[] = {3, 0, 5, 1, 4, 2};
+		static const size_t prefetched[] = {4, 5, 3, 0, 1, 2};
+		const size_t *order = round < 2 ? scattered : prefetched;
+
+		if (round == 2)	/* the last two by prefetch, checked first */
+			CHECK(sb_buf_prefetch(b, &r, 1, SB_PREFETCH_WAIT) >= 0);
+		for (size_t k = 0; k < npages; k++) {
+			size_t i = order[k], end = i == 5 ? bytes : (i + 1) * HUGE;
+
+			for (size_t j = i * HUGE / 8; j < end / 8; j++)
+				if (w[j] != disk_word(7, j))
+					FAIL("round %d: page %zu: byte %zu is "
+					     "not the file's", round, i, j * 8);
+			if (i == 5 && disk_check_zero((const char *)w + bytes,
+						      npages * HUGE - bytes) !=
+					      -1)
+				FAIL("round %d: past the end of the file is "
+				     "not zero", round);
+		}
+	}
+	CHECK(stats(p).pages_in >= 2 * npages);
+	CHECK(stats(p).pages_dropped >= npages);
+	CHECK_EQ(stats(p).io_errors, 0);
+	CHECK_EQ(stats(p).sigbus, 0);
+	CHECK(stats(p).bytes_resident <= 3 * HUGE);
+	VERIFY(p);
+	sb_buf_destroy(b);
+	sb_pool_destroy(p);
+	printf("file: %zu huge pages of a file read in 3 times under a budget "
+	       "of 3, zeros past its end\n", npages);
+	return 0;
+}
+
 /* Take every free huge page but `leave` (a file of our own). */
 static int hog(long leave)
 {
@@ -453,6 +514,8 @@ static int child(const char *name)
 		return share();
 	if (!strcmp(name, "evict"))
 		return evict();
+	if (!strcmp(name, "file"))
+		return file();
 	if (!strcmp(name, "empty"))
 		return empty(false);
 	if (!strcmp(name, "empty_touch"))
@@ -511,5 +574,7 @@ static int main_test(void)
 		 0);
 	if (run_pagers("evict", 120, NULL))
 		SKIP("an eviction run skipped (see above)");
+	if (run_pagers("file", 120, NULL))
+		SKIP("a file run skipped (see above)");
 	return 0;
 }
