@@ -1385,6 +1385,15 @@ static void knobs(void)
 		  "EXIT; knob_set $F 400 raise; sleep 0.6; cat $F\"; wait; "
 		  "cat $F",
 		  "500\n100\n", NULL);
+	/* A setting the kernel takes only in part (vm.nr_hugepages when
+	 * memory is short; here a knob_value that caps at 300): what it
+	 * took is what is put back from. */
+	knob_case("a setting taken in part", knob,
+		  "sh -c \". $K; knob_value() { v=\\$(cat \\$1); "
+		  "[ \\$v -gt 300 ] && v=300 && echo 300 >\\$1; echo \\$v; }; "
+		  "trap knob_restore EXIT; knob_set $F 500 raise; cat $F\"; "
+		  "cat $F",
+		  "300\n100\n", NULL);
 	/* Set by someone else after a killed run: left as it is. */
 	knob_case("knob_stale after a change by someone else", knob,
 		  "sh -c \". $K; knob_set $F 500; kill -9 \\$\\$\"; "
@@ -1401,7 +1410,8 @@ static void knobs(void)
 	}
 	unsetenv("SPARSEBUF_KNOB_DIR");
 	printf("knobs: put back after kill -9, kept while a run lives, "
-	       "raised until the last run ends, left when set since\n");
+	       "raised until the last run ends, put back when taken in "
+	       "part, left when set since\n");
 }
 
 static void locate(void)
