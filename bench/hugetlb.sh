@@ -68,12 +68,6 @@ for b in kv place hugewarm; do
 	[ -x "$build/bench/$b" ] || { echo "$cli_name: $build/bench/$b missing (make)" >&2; exit 1; }
 done
 knob=/proc/sys/vm/nr_hugepages
-meminfo() { awk -v k="$1:" '$1 == k { print $2 }' /proc/meminfo; }
-if [ "$(meminfo Hugepagesize)" != 2048 ]; then
-	echo "$cli_name: needs 2 MiB huge pages (Hugepagesize in" \
-		"/proc/meminfo): nothing to measure" >&2
-	exit 77
-fi
 # Pages: the largest cache (144 KiB a token), a page per region of slack
 # and the ready reserve, twice over for bench/kv's session table.
 max=0
@@ -81,27 +75,15 @@ for t in $(echo "$tokens" | tr , ' '); do [ "$t" -gt "$max" ] && max=$t; done
 need=$((max * 144 / 2048 + 256))
 [ "$need" -lt 2304 ] && need=2304
 knob_stale
-free=$(($(meminfo HugePages_Free) - $(meminfo HugePages_Rsvd)))
-if [ "$free" -lt "$need" ]; then
-	if [ ! -w "$knob" ]; then
-		echo "$cli_name: $free huge pages free, $need needed, and" \
-			"$knob is not writable here (root): nothing to measure" >&2
-		exit 77
-	fi
-	echo "(vm.nr_hugepages is raised for this run; if this is killed," \
-		"restore it: echo $(cat "$knob") > $knob)"
-	trap knob_restore EXIT
-	trap 'exit 130' INT TERM
-	trap 'exit 129' HUP
-	trap 'exit 141' PIPE
-	knob_set "$knob" $(($(cat "$knob") + need - free)) raise
-	free=$(($(meminfo HugePages_Free) - $(meminfo HugePages_Rsvd)))
-	if [ "$free" -lt "$need" ]; then
-		echo "$cli_name: only $free huge pages could be reserved," \
-			"$need needed: not enough free memory" >&2
-		exit 77
-	fi
+trap knob_restore EXIT
+trap 'exit 130' INT TERM
+trap 'exit 129' HUP
+trap 'exit 141' PIPE
+if ! knob_hugepages "$need"; then
+	echo "$cli_name: $knob_why: nothing to measure" >&2
+	exit 77
 fi
+free=$knob_hp_free
 echo "CPU: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1), $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "huge pages: $free free of $(cat "$knob") reserved"
 "$build/bench/hugewarm"

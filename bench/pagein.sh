@@ -73,34 +73,20 @@ fi
 # page's first use is the host's first backing of it), runs the sequential
 # part at 2 MiB pages with SPARSEBUF_HUGETLB=1, and puts the setting back.
 hugetlb_seq() {
-	hp=/proc/sys/vm/nr_hugepages
-	meminfo() { awk -v k="$1:" '$1 == k { print $2 }' /proc/meminfo; }
-	[ "$(meminfo Hugepagesize)" = 2048 ] || { echo "(no 2 MiB huge pages here: skipped)"; return 0; }
-	# The file's size as pagein resolves these options.
+	# The file's size as pagein resolves these options; its pages, the
+	# ready reserve and heap slack.
 	bytes=$("$build/bench/pagein" "$@" --file-bytes) || return 0
-	# The file's pages, the ready reserve and heap slack.
-	need=$((bytes / 2097152 + 96))
-	free=$(($(meminfo HugePages_Free) - $(meminfo HugePages_Rsvd)))
-	if [ "$free" -lt "$need" ]; then
-		if [ ! -w "$hp" ]; then
-			echo "($free huge pages free, $need needed, and $hp is not writable here: skipped)"
-			return 0
-		fi
-		echo "(vm.nr_hugepages is raised for the next run; if this is killed, restore it: echo $(cat "$hp") > $hp)"
-		trap knob_restore EXIT
-		trap 'exit 130' INT TERM
-		trap 'exit 129' HUP
-		trap 'exit 141' PIPE
-		knob_set "$hp" $(($(cat "$hp") + need - free)) raise
-		free=$(($(meminfo HugePages_Free) - $(meminfo HugePages_Rsvd)))
-		if [ "$free" -lt "$need" ]; then
-			echo "(only $free huge pages could be reserved, $need needed: skipped)"
-			knob_restore
-			return 0
-		fi
+	trap knob_restore EXIT
+	trap 'exit 130' INT TERM
+	trap 'exit 129' HUP
+	trap 'exit 141' PIPE
+	if knob_hugepages $((bytes / 2097152 + 96)); then
+		[ -x "$build/bench/hugewarm" ] && "$build/bench/hugewarm"
+		SPARSEBUF_HUGETLB=1 "$build/bench/pagein" "$@" --only seq \
+			--page-size 2M || hstatus=$?
+	else
+		echo "($knob_why: skipped)"
 	fi
-	[ -x "$build/bench/hugewarm" ] && "$build/bench/hugewarm"
-	SPARSEBUF_HUGETLB=1 "$build/bench/pagein" "$@" --only seq --page-size 2M || hstatus=$?
 	knob_restore
 	trap - EXIT INT TERM HUP PIPE
 }
@@ -108,7 +94,13 @@ echo
 echo "=== sequential, 2 MiB pages, heaps of huge pages (SPARSEBUF_HUGETLB=1)"
 knob_stale
 hstatus=0
-hugetlb_seq "$@"
+# 1: the run could not be set up (the file, the directory): nothing to
+# reserve huge pages for.
+if [ $status -eq 1 ]; then
+	echo "(the run above failed: skipped)"
+else
+	hugetlb_seq "$@"
+fi
 # 3 (a target missed) counts; the default run's status stays first.
 [ $hstatus -ne 0 ] && [ $status -eq 0 ] && status=$hstatus
 echo

@@ -599,6 +599,7 @@ struct sb_pool {
 	_Atomic uint64_t n_faults, n_maps, n_unmaps, n_cow, n_fault_places, n_touched,
 		n_sigbus, n_sync_prepares, n_map_faults;
 	_Atomic uint64_t sigbus_log_ms;	/* last budget SIGBUS logged */
+	_Atomic uint64_t heap_log_ms;	/* last "no memory for a heap page" */
 	_Atomic uint64_t ioerr_log_ms;	/* last page-in error logged */
 	_Atomic uint64_t evict_log_ms;	/* last failed eviction logged */
 	_Atomic uint64_t n_evict_failures; /* write-outs that failed */

@@ -838,11 +838,7 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 		/* Said at most once a second: out of huge pages (a pool of
 		 * them) is as ordinary as a full budget, and every placement
 		 * then comes here. */
-		static _Atomic uint64_t said_ms;
-		uint64_t now = sbi_mono_ms(), last = atomic_load(&said_ms);
-
-		if ((now - last >= 1000 || !last) &&
-		    atomic_compare_exchange_strong(&said_ms, &last, now))
+		if (sbi_log_gate(SBI_LOG_WARN, &pool->heap_log_ms))
 			sbi_warn("no memory for a heap page: %s%s",
 				 strerror(-r),
 				 pool->hugetlb ? " (no huge page free: "

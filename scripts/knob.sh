@@ -12,6 +12,13 @@
 #   knob_value FILE               the value now (the [chosen] word of a
 #                                 sysfs choice list such as shmem_enabled)
 #   knob_changed                  1 when the last knob_set wrote FILE
+#   knob_hugepages NEED           at least NEED 2 MiB huge pages free and
+#                                 not reserved by a mapping, raising
+#                                 vm.nr_hugepages for this run when fewer
+#                                 are (a knob_set ... raise). 0 when they
+#                                 are (knob_hp_free: how many), else 1
+#                                 with the reason in knob_why. The caller
+#                                 sets its exit trap (knob_restore) first
 #
 # The exit trap lets go, but no trap sees a kill -9. So each FILE held has
 # a directory of notes in /run/sparsebuf-knobs (SPARSEBUF_KNOB_DIR
@@ -165,4 +172,36 @@ knob_restore() {
 	done
 	knob_owned=""
 	knob_unlock
+}
+
+knob_hp_meminfo() {
+	awk -v k="$1:" '$1 == k { print $2 }' /proc/meminfo
+}
+
+knob_hugepages() {
+	knob_hp=/proc/sys/vm/nr_hugepages
+	knob_why=""
+	if [ "$(knob_hp_meminfo Hugepagesize)" != 2048 ]; then
+		knob_why="no 2 MiB huge pages (Hugepagesize in /proc/meminfo)"
+		return 1
+	fi
+	knob_hp_free=$(($(knob_hp_meminfo HugePages_Free) - $(knob_hp_meminfo HugePages_Rsvd)))
+	[ "$knob_hp_free" -ge "$1" ] && return 0
+	if [ ! -w "$knob_hp" ]; then
+		knob_why="$knob_hp_free huge pages free, $1 needed, and $knob_hp is not writable here (root)"
+		return 1
+	fi
+	# Never more than free memory can give with 1 GiB left over: the
+	# kernel would take what it can, and the machine has no swap.
+	if [ $((($1 - knob_hp_free) * 2048 + 1048576)) -gt "$(knob_hp_meminfo MemAvailable)" ]; then
+		knob_why="$knob_hp_free huge pages free, $1 needed, and $(($(knob_hp_meminfo MemAvailable) >> 10)) MiB of memory available"
+		return 1
+	fi
+	echo "(vm.nr_hugepages is raised for this run; if this is killed," \
+		"restore it: echo $(cat "$knob_hp") > $knob_hp)"
+	knob_set "$knob_hp" $(($(cat "$knob_hp") + $1 - knob_hp_free)) raise
+	knob_hp_free=$(($(knob_hp_meminfo HugePages_Free) - $(knob_hp_meminfo HugePages_Rsvd)))
+	[ "$knob_hp_free" -ge "$1" ] && return 0
+	knob_why="only $knob_hp_free huge pages could be reserved, $1 needed: not enough free memory"
+	return 1
 }

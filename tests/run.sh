@@ -112,12 +112,8 @@ hugepages=/proc/sys/vm/nr_hugepages
 case " $(echo $tests) " in
 *" test_hugetlb "*)
 	if [ -w "$hugepages" ] && [ -x "$dir/test_hugetlb" ]; then
-		hp_free=$(awk '/^HugePages_Free:/ { print $2 }' /proc/meminfo)
-		if [ "${hp_free:-0}" -lt 64 ]; then
-			trap knob_restore EXIT
-			knob_set "$hugepages" \
-				$(($(cat "$hugepages") + 64 - hp_free)) raise
-		fi
+		trap knob_restore EXIT
+		knob_hugepages 64 >/dev/null || true
 	fi
 	;;
 esac
