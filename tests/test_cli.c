@@ -1399,6 +1399,37 @@ static void knobs(void)
 		  "sh -c \". $K; knob_set $F 500; kill -9 \\$\\$\"; "
 		  "echo 900 >$F; sh -c \". $K; knob_stale\"; cat $F",
 		  "900\n", "left at 900");
+	/* Huge pages: never more than free memory can give (nothing
+	 * changed, the reason said), root or not. */
+	knob_case("knob_hugepages beyond memory", knob,
+		  "hp=$(cat /proc/sys/vm/nr_hugepages); . $K; "
+		  "knob_hugepages 100000000; echo $?; "
+		  "[ \"$(cat /proc/sys/vm/nr_hugepages)\" = \"$hp\" ] && echo same; "
+		  "echo \"$knob_why\" | grep -qE 'available|not writable|no 2 MiB' "
+		  "&& echo said",
+		  "1\nsame\nsaid\n", NULL);
+	/* bench/pagein.sh whose run cannot start (its directory) reserves
+	 * no huge pages for a second try, and says it skipped it. */
+	{
+		char pb[PATH_MAX + 32], sh2[PATH_MAX * 4 + 1024];
+
+		snprintf(pb, sizeof(pb), "%s/bench/pagein", build);
+		snprintf(sh2, sizeof(sh2),
+			 "hp=$(cat /proc/sys/vm/nr_hugepages); "
+			 "%s/bench/pagein.sh %s --dir /nonexistent/sparsebuf-x "
+			 "--only seq 2>/dev/null </dev/null >%s/pagein.out; "
+			 "[ \"$(cat /proc/sys/vm/nr_hugepages)\" = \"$hp\" ] && "
+			 "grep -c 'the run above failed: skipped' %s/pagein.out",
+			 src, build, tmp, tmp);
+		if (access(pb, X_OK) == 0) {
+			run(&r, TIMEOUT_S, "/bin/sh", "-c", sh2, NULL);
+			if (r.code != 0 || strcmp(r.out, "1\n")) {
+				show("pagein.sh with a bad --dir", &r);
+				FAIL("pagein.sh reserved huge pages, or did "
+				     "not say it skipped them");
+			}
+		}
+	}
 	{
 		/* Nothing left but the lock file. */
 		char lk[PATH_MAX + 64];
