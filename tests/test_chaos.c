@@ -388,12 +388,67 @@ static void guarded_fill(struct sb_buf *sbuf, char *x, unsigned mask,
 	});
 }
 
+/*
+ * A page found wrong, described for whoever reads the log (CI's failures
+ * happen once in hundreds of runs): every segment, whether the library
+ * says the page is placed, whether it is still wrong 50 ms later (a window
+ * that closed, or data lost), and for the file-backed buffer whether the
+ * file itself still holds the page (a write or punch that went to the
+ * wrong descriptor). Under the page's lock: nothing of the test changes it.
+ */
+static void diagnose(struct sb_buf *sbuf, char *x, const struct model *m,
+		     const char *what)
+{
+	size_t off = (size_t)(x - (char *)sb_buf_addr(sbuf));
+	bool file = sbuf == bufs[FILEBUF].b;
+
+	for (int s = 0; s < NSEG; s++) {
+		const volatile uint64_t *w =
+			(const volatile uint64_t *)x + (size_t)s * SEGW;
+		size_t right = 0, zeros = 0;
+
+		for (size_t k = 0; k < SEGW; k++) {
+			right += w[k] == word_of(m->seg[s], (size_t)s * SEGW + k);
+			zeros += w[k] == 0;
+		}
+		fprintf(stderr, "  segment %d: %zu of %d words right, %zu zero\n",
+			s, right, (int)SEGW, zeros);
+	}
+	fprintf(stderr, "  sb_buf_placed says %ld page(s) placed there\n",
+		sb_buf_placed(sbuf, off, PAGE));
+	if (file) {
+		char *page = malloc(PAGE);
+		int fd = open(weights, O_RDONLY | O_CLOEXEC);
+		struct model fm = {0};
+
+		for (int s = 0; s < NSEG; s++)
+			fm.seg[s] = file_seed(off / PAGE);
+		if (fd < 0 || !page ||
+		    pread(fd, page, PAGE, (off_t)off) != (ssize_t)PAGE)
+			fprintf(stderr, "  the file: unreadable (%s)\n",
+				strerror(errno));
+		else
+			fprintf(stderr, "  the file: %s\n",
+				check_page(page, &fm, NULL) < 0
+					? "holds the page as written"
+					: "does NOT hold the page any more");
+		if (fd >= 0)
+			close(fd);
+		free(page);
+	}
+	usleep(50000);
+	fprintf(stderr, "  50 ms later the page is %s\n",
+		guarded_check(sbuf, x, m, what) < 0 ? "right (a window)"
+						    : "still wrong");
+}
+
 /* Check the page at x (of sbuf) against m; fail with `why` if it differs. */
 static void check_or_fail(struct sb_buf *sbuf, char *x, const struct model *m,
 			  const char *what, const char *why)
 {
 	if (guarded_check(sbuf, x, m, what) >= 0) {
 		check_page(x, m, what);
+		diagnose(sbuf, x, m, what);
 		CFAIL("%s: %s", what, why);
 	}
 }
