@@ -529,12 +529,24 @@ static size_t evict_or_keep(struct sb_buf *buf, const size_t *idx, size_t m,
 static void unpick(struct sb_pool *pool, const struct cand *c, size_t k,
 		   size_t j)
 {
+	/* Under the pool's lock, and only for a page still held as it was
+	 * picked: without its buffer's lock, the page may have been freed
+	 * since, and its heap trimmed away (the slot empty, or another
+	 * heap's: helper-52). A page let go meanwhile is noted again by
+	 * its next placement. */
+	pthread_mutex_lock(&pool->lock);
 	for (; k < j; k++) {
-		struct sbi_heap *h = sbi_pid_heap(pool, c[k].pid);
+		uint32_t slot = c[k].pid / pool->pages_per_heap;
+		struct sbi_heap *h =
+			slot < pool->heap_hi ? pool->heaps[slot] : NULL;
+		uint32_t i = sbi_pid_index(pool, c[k].pid);
 
-		__atomic_store_n(&h->raddr[sbi_pid_index(pool, c[k].pid)],
-				 c[k].addr, __ATOMIC_RELAXED);
+		if (h && h->state[i] == SBI_PG_USED && h->refs[i] == 1 &&
+		    !__atomic_load_n(&h->raddr[i], __ATOMIC_RELAXED))
+			__atomic_store_n(&h->raddr[i], c[k].addr,
+					 __ATOMIC_RELAXED);
 	}
+	pthread_mutex_unlock(&pool->lock);
 }
 
 /*
@@ -561,6 +573,9 @@ static bool lock_cand_buf(struct sb_buf *buf, struct sb_buf *held)
 void sbi_evict_cold(struct sb_pool *pool, size_t want, struct sb_buf *held,
 		    bool reg_held, struct sbi_evict_round *rd)
 {
+	/* Eviction changes mappings (make_private) and registrations:
+	 * never while fork() marks the buffers (process.c). */
+	SBI_HELD(&pool->layout);
 	struct cand c[MAX_CAND];
 	size_t n;
 
@@ -711,7 +726,14 @@ size_t sbi_evict_some(struct sb_pool *pool, size_t want)
 
 		if (!atomic_load(&pool->n_evictable))
 			break;
+		/* The layout lock, as every other eviction has it (a fault's,
+		 * a placement's): a page mapped private here while fork()
+		 * marked the buffers would be the child's too. (The lease
+		 * thread's reclaims, sparsebufd's clients only, evicted
+		 * without it: helper-52.) */
+		pthread_rwlock_rdlock(&pool->layout);
 		sbi_evict_cold(pool, want - done, NULL, false, &rd);
+		pthread_rwlock_unlock(&pool->layout);
 		done += rd.done;
 		if (!rd.done && (rd.failed || !rd.busy))
 			break;

@@ -116,6 +116,17 @@ static int check_refs(struct sb_pool *pool, char *why, size_t len)
 			    !pool->heaps[p / pool->pages_per_heap])
 				r = BAD("buffer %u page %zu: no pool page %u",
 					buf->id, i, p);
+			else if (sbi_pte_has_page(pte) &&
+				 !pool->heaps[p / pool->pages_per_heap]
+					  ->foreign &&
+				 has_hole(pool->heaps[p / pool->pages_per_heap],
+					  p % pool->pages_per_heap,
+					  pool->page_size))
+				/* A placed page's memory went (a punch or a
+				 * lost read): its mapping reads zeros. */
+				r = BAD("buffer %u page %zu: placed, pool page "
+					"%u has a hole",
+					buf->id, i, p);
 			else
 				count[p]++;
 		}
