@@ -41,6 +41,16 @@ int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 		bool room;
 
 		r = sbi_pool_alloc(pool, buf, hint1, n, out, flags);
+		if (r == -ENOMEM && pool->hugetlb &&
+		    !(flags & SBI_ALLOC_BACKED) &&
+		    atomic_load(&pool->n_evictable)) {
+			/* No huge page free in the system: as at the
+			 * budget, pages the pool holds, freed or evicted
+			 * (a file's clean pages dropped, others written
+			 * out), rather than SIGBUS. */
+			flags |= SBI_ALLOC_BACKED;
+			continue;
+		}
 		if (r != -EDQUOT)
 			return r;	/* a page, or the kernel said no */
 		if (pool->client && !(flags & SBI_ALLOC_LEASED)) {
@@ -61,6 +71,10 @@ int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 			       &rd);
 		if (rd.done) {
 			stalled_since = 0;
+			/* Evicted pages that were punched (no recycling)
+			 * went back to the system: ask it again. */
+			if (!pool->can_recycle)
+				flags &= ~SBI_ALLOC_BACKED;
 			continue;
 		}
 		if (rd.failed || (flags & SBI_ALLOC_NOWAIT))
@@ -76,7 +90,9 @@ int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 		 * evict. */
 		pthread_mutex_lock(&pool->lock);
 		others = pool->evicting;
-		room = pool->used + n <= pool->max_pages;
+		/* (Short of huge pages, the budget is not what is full.) */
+		room = !(flags & SBI_ALLOC_BACKED) &&
+		       pool->used + n <= pool->max_pages;
 		pthread_mutex_unlock(&pool->lock);
 		if (!room && !rd.picked && !others) {
 			if (renoted || !sbi_evict_renote(pool, held, reg_held))

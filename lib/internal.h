@@ -731,6 +731,11 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint,
 #define SBI_ALLOC_URGENT (1u << 5)
 /* One page, the home page hint names (home.c), EVICTED: it is taken. */
 #define SBI_ALLOC_HOME (1u << 6)
+/* BACKED: only a free page that has memory will do, wherever it is
+ * (-EDQUOT when none is free, as at the budget: sbi_alloc evicts). Set
+ * by sbi_alloc when the system had none to give (a pool of huge pages,
+ * vm.nr_hugepages all taken). */
+#define SBI_ALLOC_BACKED (1u << 7)
 /* Add / drop one reference to each page (SBI_NOPAGE entries skipped). A
  * page whose last reference goes returns to the pool. */
 void sbi_pool_ref(struct sb_pool *pool, const sbi_ptref *refs, size_t n);

@@ -653,6 +653,16 @@ static int alloc_one(struct sb_pool *pool, struct sb_buf *buf, sbi_pid *hint,
 		bool busy;
 		int r;
 
+		if (flags & SBI_ALLOC_BACKED) {
+			if (find_backed(pool, out, &busy, flags))
+				return take_page(pool, sbi_pid_heap(pool, *out),
+						 sbi_pid_index(pool, *out),
+						 flags);
+			if (!busy)
+				return -EDQUOT;
+			wait_busy(pool, flags);
+			continue;
+		}
 		if (have_hint) {
 			h = hint_heap(pool, *hint);
 			i = sbi_pid_index(pool, *hint);

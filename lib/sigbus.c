@@ -34,7 +34,17 @@ void sbi_sigbus_note(struct sb_buf *buf, size_t idx, int err,
 	/* A client below its own max_bytes: the machine's budget is out. */
 	machine = pool->client && pool->max_pages < pool->ceiling_pages;
 	pthread_mutex_unlock(&pool->lock);
-	if (!at_budget)
+	if (!at_budget && pool->hugetlb)
+		sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): no "
+			 "huge page free (HugePages_Free in /proc/meminfo; "
+			 "vm.nr_hugepages reserves them) and %s (%llu SIGBUS "
+			 "so far)",
+			 pool->id, what, idx, buf->id,
+			 atomic_load(&pool->n_evictable)
+				 ? "none the pool held could be freed"
+				 : "no buffer is SB_BUF_EVICTABLE or a file's",
+			 (unsigned long long)n);
+	else if (!at_budget)
 		sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): no "
 			 "memory for a page, or no mapping for it "
 			 "(vm.max_map_count) (%llu SIGBUS so far)",
