@@ -41,13 +41,26 @@ int sbi_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 		bool room;
 
 		r = sbi_pool_alloc(pool, buf, hint1, n, out, flags);
+		if (r == -ENOMEM && pool->hugetlb)
+			atomic_store_explicit(&pool->hugetlb_short, true,
+					      memory_order_relaxed);
 		if (r == -ENOMEM && pool->hugetlb &&
-		    !(flags & SBI_ALLOC_BACKED) &&
+		    !(flags & (SBI_ALLOC_BACKED | SBI_ALLOC_NOWAIT)) &&
 		    atomic_load(&pool->n_evictable)) {
 			/* No huge page free in the system: as at the
 			 * budget, pages the pool holds, freed or evicted
 			 * (a file's clean pages dropped, others written
-			 * out), rather than SIGBUS. */
+			 * out), rather than SIGBUS. Not for reads nobody
+			 * waits for (read-ahead, a prefetch served in the
+			 * background): evicting for those took every page
+			 * the pool held, and a fault then found none to
+			 * evict (helper-53). Nor for more pages than the
+			 * pool holds: those evictions would be in vain. */
+			pthread_mutex_lock(&pool->lock);
+			room = n <= pool->resident;
+			pthread_mutex_unlock(&pool->lock);
+			if (!room)
+				return r;
 			flags |= SBI_ALLOC_BACKED;
 			continue;
 		}

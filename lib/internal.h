@@ -503,6 +503,10 @@ struct sb_pool {
 	bool can_home;
 	/* Heaps on hugetlbfs (SB_POOL_HUGETLB). */
 	bool hugetlb;
+	/* Such a pool found no huge page free in the system at its last
+	 * try (alloc.c): what it holds is its budget for now, and
+	 * read-ahead stays within a quarter of it (pagein.c). */
+	_Atomic bool hugetlb_short;
 	/* The ready thread takes placed pages' first access (touch.c):
 	 * SPARSEBUF_TOUCH, or a probe that found it slow. */
 	bool touch_placed;

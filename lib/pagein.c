@@ -601,6 +601,18 @@ void sbi_pagein_fault(struct sb_buf *buf, size_t idx)
 					: __atomic_load_n(&pool->max_pages,
 							  __ATOMIC_RELAXED);
 
+		/* A pool of huge pages the system has run out of: what it
+		 * holds is its budget. */
+		if (atomic_load_explicit(&pool->hugetlb_short,
+					 memory_order_relaxed)) {
+			size_t held;
+
+			pthread_mutex_lock(&pool->lock);
+			held = pool->resident;
+			pthread_mutex_unlock(&pool->lock);
+			if (held < budget)
+				budget = held;
+		}
 		if (budget != SIZE_MAX && hi > budget / 4)
 			hi = budget / 4;
 		if (lo < 1)

@@ -865,9 +865,18 @@ int sbi_pool_alloc(struct sb_pool *pool, struct sb_buf *buf, sbi_ptref hint1,
 				    sbi_pid_index(pool, out[k]),
 				    prep[k] != PREP_NONE ? PREP_BACK : PREP_NONE);
 		pthread_mutex_unlock(&pool->lock);
-	} else if (misses && !sbi_ready_self) {
-		atomic_fetch_add_explicit(&pool->n_sync_prepares, misses,
-					  memory_order_relaxed);
+	} else {
+		if (misses && !sbi_ready_self)
+			atomic_fetch_add_explicit(&pool->n_sync_prepares,
+						  misses, memory_order_relaxed);
+		/* The system gave a huge page again (alloc.c). */
+		for (size_t k = 0; pool->hugetlb && k < n; k++)
+			if (prep[k] == PREP_BACK) {
+				atomic_store_explicit(&pool->hugetlb_short,
+						      false,
+						      memory_order_relaxed);
+				break;
+			}
 	}
 	goto out;
 out_unlock:

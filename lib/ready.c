@@ -503,6 +503,9 @@ void *sbi_ready_thread(void *arg)
 			no_back_until = sbi_mono_ms() + 1000;
 			continue;
 		}
+		if (w == W_BACK && pool->hugetlb)	/* one to be had (alloc.c) */
+			atomic_store_explicit(&pool->hugetlb_short, false,
+					      memory_order_relaxed);
 		pthread_mutex_lock(&pool->lock);
 		for (uint32_t k = 0; k < n; k++)
 			sbi_page_set_done(pool, h, i + k,
