@@ -52,6 +52,26 @@ static void service_minor_placed(struct sb_pool *pool, struct sb_buf *buf,
 	sbi_vma_wake(buf, idx);
 }
 
+/*
+ * No page for idx, the budget held by reads and writes in flight
+ * (prefetches, read-ahead, other threads' evictions): their pages can go
+ * once done, and a read's completion needs this buffer's lock, held here.
+ * So the thread is left waiting, to fault again once one of them has
+ * finished, rather than SIGBUS; a page-in's fault does the same
+ * (sbi_pagein_fault). false: nothing in flight, fail now.
+ */
+static bool retry_after_io(struct sb_pool *pool, struct sb_buf *buf,
+			   size_t idx, int r)
+{
+	struct sbi_disk *d = sbi_disk_peek(pool);
+
+	return r == -ENOMEM && d &&
+	       sbi_io_wake_later(d->io, pool->uffd,
+				 (uintptr_t)buf->base +
+					 (idx << pool->page_shift),
+				 pool->page_size);
+}
+
 static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
 			    size_t idx, bool minor)
 {
@@ -98,6 +118,9 @@ static void service_missing(struct sb_pool *pool, struct sb_buf *buf,
 			sbi_pool_put1(pool, pid);
 	}
 fail:
+	if (r < 0 && !(buf->flags & SB_BUF_STRICT) &&
+	    retry_after_io(pool, buf, idx, r))
+		return;
 	if (r < 0) {
 		sbi_sigbus_note(buf, idx, r, "fault");
 		if (sbi_vma_poison(buf, idx) == 0)
@@ -176,6 +199,8 @@ static void service_wp(struct sb_pool *pool, struct sb_buf *buf, size_t idx,
 		if (r < 0)
 			sbi_pool_put1(pool, pid);
 	}
+	if (r < 0 && retry_after_io(pool, buf, idx, r))
+		return;
 	if (r < 0) {
 		sbi_sigbus_note(buf, idx, r, "copy-on-write");
 		if (sbi_vma_wpfail(buf, idx, old, tid) == 0)

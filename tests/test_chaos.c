@@ -58,6 +58,7 @@
  * the seed (printed by each run).
  */
 #include "harness.h"
+#include "harness_internal.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -416,6 +417,81 @@ static void diagnose(struct sb_buf *sbuf, char *x, const struct model *m,
 	}
 	fprintf(stderr, "  sb_buf_placed says %ld page(s) placed there\n",
 		sb_buf_placed(sbuf, off, PAGE));
+	{
+		/* The library's entry, the kernel's mapping there and its
+		 * first 4 KiB's page-table entry, the pool's uffd. */
+		uintptr_t a = (uintptr_t)x;
+		char line[512], link[128], fdp[64];
+		FILE *f = fopen("/proc/self/maps", "r");
+		uint64_t e = 0;
+		int pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+		ssize_t n;
+
+		bool in = false;
+
+		pthread_mutex_lock(&sbuf->lock);
+		for (size_t i = off / PAGE ? off / PAGE - 1 : 0;
+		     i <= off / PAGE + 1 && i < NPAGES; i++)
+			fprintf(stderr, "  entry of page %zu: %#llx\n", i,
+				(unsigned long long)sbuf->pte[i]);
+		{
+			uint64_t pte = sbuf->pte[off / PAGE];
+			uint32_t v = (uint32_t)(pte & SBI_PTE_PID);
+
+			pthread_mutex_unlock(&sbuf->lock);
+			if (v) {
+				sbi_pid k = v - 1;
+				struct sbi_heap *h;
+				uint32_t i;
+
+				pthread_mutex_lock(&pool->lock);
+				h = sbi_pid_heap(pool, k);
+				i = sbi_pid_index(pool, k);
+				fprintf(stderr,
+					"  pool page %u: state %u refs %u owner "
+					"%u; home %s, lost %d, clean %d\n",
+					k, h->state[i], h->refs[i], h->owner[i],
+					sbuf->home ? "yes" : "no",
+					sbuf->home_lost
+						? (int)(sbuf->home_lost[off / PAGE / 64] >>
+							(off / PAGE % 64) & 1)
+						: -1,
+					(int)sbuf->home_clean);
+				pthread_mutex_unlock(&pool->lock);
+			}
+		}
+		if (f)
+			fclose(f);
+		/* smaps: the mapping and its VmFlags (um: registered for
+		 * missing faults, ui: minor, uw: write-protect). */
+		f = fopen("/proc/self/smaps", "r");
+		while (f && fgets(line, sizeof(line), f)) {
+			unsigned long lo, hi;
+			bool head = sscanf(line, "%lx-%lx ", &lo, &hi) == 2;
+
+			if (head)
+				in = lo < a + PAGE && a < hi;
+			if (in && (head || !strncmp(line, "VmFlags", 7) ||
+				   !strncmp(line, "Rss", 3)))
+				fprintf(stderr, "  smaps: %s", line);
+		}
+		if (f)
+			fclose(f);
+		if (pm >= 0 && pread(pm, &e, 8, (off_t)(a / 4096 * 8)) == 8)
+			fprintf(stderr,
+				"  pagemap: present %d, file/shared %d, "
+				"exclusive %d, uffd-wp %d, pfn %#llx\n",
+				(int)(e >> 63 & 1), (int)(e >> 61 & 1),
+				(int)(e >> 56 & 1), (int)(e >> 57 & 1),
+				(unsigned long long)(e & ((1ull << 55) - 1)));
+		if (pm >= 0)
+			close(pm);
+		snprintf(fdp, sizeof(fdp), "/proc/self/fd/%d", pool->uffd);
+		n = readlink(fdp, link, sizeof(link) - 1);
+		link[n > 0 ? n : 0] = 0;
+		fprintf(stderr, "  the pool's uffd (%d): %s\n", pool->uffd,
+			link);
+	}
 	if (file) {
 		char *page = malloc(PAGE);
 		int fd = open(weights, O_RDONLY | O_CLOEXEC);
