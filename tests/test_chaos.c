@@ -431,7 +431,7 @@ static void diagnose(struct sb_buf *sbuf, char *x, const struct model *m,
 
 		pthread_mutex_lock(&sbuf->lock);
 		for (size_t i = off / PAGE ? off / PAGE - 1 : 0;
-		     i <= off / PAGE + 1 && i < NPAGES; i++)
+		     i <= off / PAGE + 1 && i < sbuf->npages; i++)
 			fprintf(stderr, "  entry of page %zu: %#llx\n", i,
 				(unsigned long long)sbuf->pte[i]);
 		{
