@@ -7,6 +7,8 @@
  */
 #include "internal.h"
 
+#include <stdio.h>
+
 #include <errno.h>
 #include <string.h>
 #include <time.h>
@@ -34,41 +36,38 @@ void sbi_sigbus_note(struct sb_buf *buf, size_t idx, int err,
 	/* A client below its own max_bytes: the machine's budget is out. */
 	machine = pool->client && pool->max_pages < pool->ceiling_pages;
 	pthread_mutex_unlock(&pool->lock);
-	if (!at_budget && pool->hugetlb)
-		sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): no "
-			 "huge page free (HugePages_Free in /proc/meminfo; "
-			 "vm.nr_hugepages reserves them) and %s (%llu SIGBUS "
-			 "so far)",
-			 pool->id, what, idx, buf->id,
-			 atomic_load(&pool->n_evictable)
-				 ? "none the pool held could be freed"
-				 : "no buffer is SB_BUF_EVICTABLE or a file's",
-			 (unsigned long long)n);
-	else if (!at_budget)
-		sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): no "
-			 "memory for a page, or no mapping for it "
-			 "(vm.max_map_count) (%llu SIGBUS so far)",
-			 pool->id, what, idx, buf->id, (unsigned long long)n);
-	else if (machine)
-		sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): the "
-			 "machine's budget (sparsebufd) is in use, no other "
-			 "process had pages to give back, and %s (%llu SIGBUS "
-			 "so far)",
-			 pool->id, what, idx, buf->id,
-			 atomic_load(&pool->n_evictable)
-				 ? "no page of an evictable buffer could go "
-				   "to disk"
-				 : "no buffer is SB_BUF_EVICTABLE",
-			 (unsigned long long)n);
-	else
-		sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): the "
-			 "budget of %zu KiB (max_bytes, SPARSEBUF_MAX_BYTES) is "
-			 "in use and %s (%llu SIGBUS so far)",
-			 pool->id, what, idx, buf->id, pool->max_bytes >> 10,
-			 atomic_load(&pool->n_evictable)
-				 ? "no page of an evictable buffer could go "
-				   "to disk"
-				 : "no buffer is SB_BUF_EVICTABLE",
-			 (unsigned long long)n);
+	/* Why there was no page, then what could not be freed. */
+	bool evictable = atomic_load(&pool->n_evictable) != 0;
+	const char *cause, *left = "";
+	char budget[96];
+
+	if (!at_budget && pool->hugetlb) {
+		cause = "no huge page free (HugePages_Free in /proc/meminfo; "
+			"vm.nr_hugepages reserves them)";
+		left = evictable ? " and none the pool held could be freed"
+				 : " and no buffer is SB_BUF_EVICTABLE or a "
+				   "file's";
+	} else if (!at_budget) {
+		cause = "no memory for a page, or no mapping for it "
+			"(vm.max_map_count)";
+	} else {
+		if (machine)
+			cause = "the machine's budget (sparsebufd) is in use, "
+				"no other process had pages to give back,";
+		else {
+			snprintf(budget, sizeof(budget),
+				 "the budget of %zu KiB (max_bytes, "
+				 "SPARSEBUF_MAX_BYTES) is in use",
+				 pool->max_bytes >> 10);
+			cause = budget;
+		}
+		left = evictable ? " and no page of an evictable buffer could "
+				   "go to disk"
+				 : " and no buffer is SB_BUF_EVICTABLE";
+	}
+	sbi_warn("pool %u: SIGBUS (%s at page %zu of buffer %u): %s%s (%llu "
+		 "SIGBUS so far)",
+		 pool->id, what, idx, buf->id, cause, left,
+		 (unsigned long long)n);
 }
 
