@@ -6,6 +6,7 @@
 #   make asan       tests under AddressSanitizer + UBSan (build-asan/)
 #   make tsan       tests under ThreadSanitizer (build-tsan/)
 #   make test-folios  tests with huge heap folios (shmem_enabled, restored)
+#   make test-flip    test_chaos while shmem_enabled flips (restored)
 #   make fuzz       libFuzzer harnesses, FUZZ_SECONDS each (build-fuzz/)
 #   make bench      run the benchmarks
 #   make bench-pagein  just the disk-tier benchmark (PAGEIN_ARGS=--quick)
@@ -235,6 +236,11 @@ test-daemon: test-build
 test-folios: test-build
 	@SB_STRESS_CYCLES=$${SB_STRESS_CYCLES:-20000} scripts/test-folios.sh $(BUILD)
 
+# test_chaos while shmem_enabled flips (scripts/test-flip.sh; the setting
+# is the machine's: nothing else runs beside it).
+test-flip: test-build
+	@scripts/test-flip.sh $(BUILD)
+
 # lib/'s layering (lib/LAYERS) against nm of its objects: no upward call,
 # no loop.
 layers: lib
@@ -346,6 +352,7 @@ clean:
 	rm -rf build build-asan build-tsan build-lockcheck build-asan-lockcheck
 
 
-.PHONY: examples-check man lockcheck asan-lockcheck layers test-daemon test-folios
+.PHONY: examples-check man lockcheck asan-lockcheck layers test-daemon test-folios \
+	test-flip
 .PHONY: all build-all lib tests bench-bin deps-check deps-test deps-bench test test-build demo asan tsan bench bench-pagein install format clean sparsebuf.pc
 .SECONDARY:

@@ -128,6 +128,8 @@ void sbi_heap_destroy(const struct sbi_page_source *src, struct sbi_heap *h,
 	size_t heap_size = (size_t)h->npages * page_size;
 
 	munmap(h->map, heap_size);
+	if (h->fill)
+		munmap(h->fill, heap_size);
 	if (!h->foreign)
 		src->ops->heap_release(src->ctx, h->fd, heap_size);
 	close(h->fd);
@@ -307,8 +309,12 @@ void sbi_heap_unmap_pool(struct sbi_heap *h, size_t page_size)
 void sbi_heap_sweep_pool(struct sbi_heap *h, size_t page_size)
 {
 	if (atomic_load_explicit(&h->pool_ptes, memory_order_relaxed) &&
-	    atomic_exchange_explicit(&h->pool_ptes, 0, memory_order_relaxed))
+	    atomic_exchange_explicit(&h->pool_ptes, 0, memory_order_relaxed)) {
 		madvise(h->map, (size_t)h->npages * page_size, MADV_DONTNEED);
+		if (h->fill)	/* a clean home's copy-ins (home.c) */
+			madvise(h->fill, (size_t)h->npages * page_size,
+				MADV_DONTNEED);
+	}
 }
 
 void sbi_heap_punch(struct sbi_heap *h, uint32_t idx, uint32_t n,

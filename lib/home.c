@@ -26,9 +26,12 @@
  *     is (UFFDIO_CONTINUE: mmap lock for reading). A clean home
  *     (buf->home_clean, where no folio is larger than a page) is
  *     registered MISSING only and maps nothing: its page-ins always go
- *     through a read buffer, so a page appears in the memfd only whole
- *     4 KiB by 4 KiB, checked, and the first touch takes the kernel's own
- *     fault, which maps it clean;
+ *     through a read buffer, checked there, and are copied from it into
+ *     the heap's copy-in window (fill_window, UFFDIO_COPY), so a page
+ *     appears in the memfd only whole, at once, in folios of 4 KiB
+ *     whatever shmem_enabled says by then (pagein.c, home_fill, says why
+ *     not pwrite), and the first touch takes the kernel's own fault,
+ *     which maps it clean;
  *   - a release (unmap, or eviction of the clean page) punches the home
  *     page (fallocate: no mmap lock at all), which takes its page-table
  *     entries with it, and reserves it again. A clean home drops a whole
@@ -47,6 +50,7 @@
  * names its home page, placed or kept.
  */
 #include "internal.h"
+#include "uffd_compat.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -157,6 +161,38 @@ static bool fds_to_spare(size_t nheaps)
 	return true;
 }
 
+/* A clean home heap's copy-in window (pagein.c, home_fill): the heap
+ * mapped once more, registered MISSING with the pool's SIGBUS
+ * userfaultfd, so that nothing but a copy ever fills a page through it
+ * (anything else that touched it would get SIGBUS, never a zero page made
+ * in the memfd). Made once per heap; goes with the heap (heap.c). */
+static int fill_window(struct sb_pool *pool, struct sbi_heap *h)
+{
+	size_t bytes = (size_t)h->npages * pool->page_size;
+	char *m;
+	int r;
+
+	if (h->fill)
+		return 0;
+	m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, h->fd,
+		 h->foff);
+	if (m == MAP_FAILED)
+		return -errno;
+	madvise(m, bytes, MADV_DONTFORK);
+	r = sbi_uffd_register(pool->uffd_sigbus, m, bytes,
+			      UFFDIO_REGISTER_MODE_MISSING);
+	if (r < 0) {
+		munmap(m, bytes);
+		return r;
+	}
+	/* The ready thread sweeps every heap's pool-side entries under
+	 * the lock (heap.c). */
+	pthread_mutex_lock(&pool->lock);
+	h->fill = m;
+	pthread_mutex_unlock(&pool->lock);
+	return 0;
+}
+
 int sbi_home_setup(struct sb_buf *buf)
 {
 	struct sb_pool *pool = buf->pool;
@@ -189,6 +225,11 @@ int sbi_home_setup(struct sb_buf *buf)
 		sbi_home_free(buf);
 		return 0;
 	}
+	/* A clean home's page-ins copy into its heaps' windows: without
+	 * them (vm.max_map_count), it registers MINOR as any home. */
+	for (k = 0; k < nheaps && buf->home_clean; k++)
+		if (fill_window(pool, pool->heaps[home[k]]) < 0)
+			buf->home_clean = false;
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);
 	for (k = 0; k < nheaps && r == 0; k++) {
@@ -315,9 +356,14 @@ void sbi_home_release(struct sb_buf *buf, const size_t *idx, size_t n)
 				sbi_pid_index(pool, pids[j]) != 0;
 		     j++)
 			;
-		sbi_heap_punch(sbi_pid_heap(pool, pids[k]),
-			       sbi_pid_index(pool, pids[k]), (uint32_t)(j - k),
-			       pool->page_size);
+		struct sbi_heap *h = sbi_pid_heap(pool, pids[k]);
+
+		/* Copy-ins' entries in the heap's window first (pagein.c,
+		 * home_fill), all at once: each is dirty, and a punch that
+		 * found one would flush the TLB for its run alone. */
+		sbi_heap_sweep_pool(h, pool->page_size);
+		sbi_heap_punch(h, sbi_pid_index(pool, pids[k]),
+			       (uint32_t)(j - k), pool->page_size);
 	}
 	sbi_pool_mark_evicted(pool, pids, n);
 	for (size_t k = 0; k < n; k++)

@@ -207,6 +207,10 @@ struct sbi_heap {
 				 * the window is let go of, pool.c) */
 	uint64_t serial;	/* unique per pool: stale run hints detect reuse */
 	char *map;		/* pool-side mapping, never registered */
+	/* A clean home heap's copy-in window (home.c): a second pool-side
+	 * mapping, registered MISSING with the pool's SIGBUS userfaultfd,
+	 * that page-ins copy their pages into (UFFDIO_COPY); NULL else. */
+	char *fill;
 	bool hugetlb;		/* a hugetlbfs file (sbi_page_source_ops) */
 	/* Pages accessed through map since its last sweep (heap.c). */
 	_Atomic uint32_t pool_ptes;
@@ -1310,6 +1314,11 @@ int sbi_vma_continue(struct sb_buf *buf, size_t idx);
 /* Fill the punched heap page that page idx, evicted in place, still maps,
  * with src's data (UFFDIO_COPY: no mapping changes). No wake. */
 int sbi_vma_copy_in(struct sb_buf *buf, size_t idx, const void *src);
+/* UFFDIO_COPY of len bytes from src to dst (a range registered with uffd),
+ * no wake; tried again while the kernel asks. 0 or -errno; *done: the
+ * bytes in when it failed. */
+int sbi_uffd_copy(int uffd, void *dst, const void *src, size_t len,
+		  size_t *done);
 /* Drop the page-table entries of [idx, idx + n) (MADV_DONTNEED). */
 int sbi_vma_drop_ptes(struct sb_buf *buf, size_t idx, size_t n);
 /* Wake the threads stopped on a fault in [start, start + len) (a buffer

@@ -318,6 +318,38 @@ static int bounce_write(struct sb_pool *pool, struct sbi_io *io)
 	return r < 0 ? r : fail;
 }
 
+/*
+ * A clean home's page (home.c) in from its read buffer: copied into the
+ * heap's copy-in window (UFFDIO_COPY), not written through the file. The
+ * copy puts the page in the memfd whole and at once, in folios of 4 KiB,
+ * whatever shmem_enabled says. A write (pwrite) lets the kernel allocate
+ * a folio as large as the empty range around the page when shmem_enabled
+ * is within_size or always (whatever the write's size, and even if it was
+ * never when the buffer was opened): the evicted pages beside it would
+ * then hold zeros in the memfd, which a clean home, registered MISSING
+ * alone, maps without a fault. Memory there already (such a folio, from
+ * before): written through the file, into it. The window's entry goes at
+ * the heap's next pool-side sweep (heap.c). 0 or -errno.
+ */
+static int home_fill(struct sb_pool *pool, struct sbi_io *io)
+{
+	struct sbi_heap *h = sbi_pid_heap(pool, io->pid);
+	uint32_t i = sbi_pid_index(pool, io->pid);
+	size_t len = pool->page_size, done;
+	int fail = sbi_test_failure(&bounce_fault);
+	int r;
+
+	if (fail)
+		len /= 2;
+	r = sbi_uffd_copy(pool->uffd_sigbus,
+			  h->fill + ((size_t)i << pool->page_shift), io->bounce,
+			  len, &done);
+	if (r == -EEXIST)
+		r = sbi_heap_write(h, i, io->bounce, len, pool->page_size);
+	sbi_heap_unmap_pool(h, pool->page_size);
+	return r < 0 ? r : fail;
+}
+
 /* A failed page-in: counted, and said (the first, then one line a second
  * at most: a device that fails every read, or a caller that asks for a
  * bad page again and again, must not flood the log). */
@@ -361,7 +393,8 @@ static bool pagein_done(struct sbi_io *io)
 				  io->bounce ? io->bounce : io->mem,
 				  io->bounce ? NULL : &io->pid, io->res);
 		if (r == 0 && io->bounce)
-			r = bounce_write(pool, io);
+			r = io->must_bounce ? home_fill(pool, io)
+					    : bounce_write(pool, io);
 		io->ok = r == 0;
 		io->checked = true;
 		if (io->bounce) {

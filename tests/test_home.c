@@ -622,6 +622,48 @@ static int child(const char *name)
 	 * never zeros. */
 	lost_home_race(p, b);
 
+	/* 7c. A clean home's page-ins copy into its heaps' copy-in windows
+	 * (UFFDIO_COPY: 4 KiB folios whatever shmem_enabled says, pagein.c
+	 * home_fill), registered so that nothing else fills a page there: a
+	 * touch of an empty page through one is SIGBUS, and leaves the
+	 * memfd's hole as it was (a zero page made there would be what a
+	 * clean home maps without a fault). */
+	if (b->home_clean) {
+		struct sbi_heap *h;
+		volatile char *w;
+		size_t one = 99;
+		sbi_pid hp;
+
+		CHECK(sb_buf_unmap(b, 0, FILE_BYTES) >= 0);
+		bounces_back(b);
+		pthread_mutex_lock(&b->lock);
+		hp = sbi_home_pid(b, 99);
+		pthread_mutex_unlock(&b->lock);
+		h = sbi_pid_heap(p, hp);
+		CHECK(h->fill != NULL);
+		w = h->fill + (size_t)sbi_pid_index(p, hp) * PAGE;
+		{
+			struct sigaction sa = {.sa_handler = on_sigbus}, old;
+
+			sigaction(SIGBUS, &sa, &old);
+			if (sigsetjmp(jb, 1) == 0) {
+				(void)w[8];
+				FAIL("a touch of an empty page in a copy-in "
+				     "window did not raise SIGBUS");
+			}
+			sigaction(SIGBUS, &old, NULL);
+		}
+		CHECK(!home_holds_data(b, 99));
+		CHECK(prefetch_pages(b, &one, 1, SB_PREFETCH_WAIT) >= 0);
+		CHECK(home_holds_data(b, 99));
+		CHECK(page_ok(b, 99));
+		CHECK(w[8] ==
+		      ((const volatile char *)sb_buf_addr(b))[99 * PAGE + 8]);
+		CHECK(sb_buf_unmap(b, 99 * PAGE, PAGE) >= 0);
+		CHECK(!home_holds_data(b, 99));
+		VERIFY(p);
+	}
+
 	/* 8. Gone with the buffer: no page stays reserved. */
 	sb_buf_destroy(b);
 	VERIFY(p);
