@@ -389,6 +389,95 @@ static void guarded_fill(struct sb_buf *sbuf, char *x, unsigned mask,
 	});
 }
 
+/* Page frame pfn (root: /proc/kpage*): its map count and flags, and for a
+ * part of a larger folio its head and size (a large folio in a clean home
+ * was how a zero page got there: docs/design.md, "Heap folios"); then
+ * every mapping of a memfd, in every process, that maps it (up to 1 GiB
+ * of each mapping looked at). */
+static void who_maps(uint64_t pfn)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	int kc = open("/proc/kpagecount", O_RDONLY | O_CLOEXEC);
+	int kf = open("/proc/kpageflags", O_RDONLY | O_CLOEXEC);
+	uint64_t cnt = 0, fl = 0;
+
+	if (kc >= 0 && pread(kc, &cnt, 8, (off_t)(pfn * 8)) == 8 && kf >= 0 &&
+	    pread(kf, &fl, 8, (off_t)(pfn * 8)) == 8)
+		fprintf(stderr, "  pfn %#llx: mapcount %llu, flags %#llx\n",
+			(unsigned long long)pfn, (unsigned long long)cnt,
+			(unsigned long long)fl);
+	if (kf >= 0 && (fl >> 16 & 1)) {
+		uint64_t h = pfn, hf = 0, n = 1, tf = 0;
+
+		while (h > 0 && pread(kf, &hf, 8, (off_t)(h * 8)) == 8 &&
+		       !(hf >> 15 & 1) && pfn - h < 4096)
+			h--;
+		while (pread(kf, &tf, 8, (off_t)((h + n) * 8)) == 8 &&
+		       (tf >> 16 & 1) && n < 8192)
+			n++;
+		fprintf(stderr, "  head pfn %#llx flags %#llx, %llu pages\n",
+			(unsigned long long)h, (unsigned long long)hf,
+			(unsigned long long)n);
+	}
+	if (kc >= 0)
+		close(kc);
+	if (kf >= 0)
+		close(kf);
+	while (d && (de = readdir(d))) {
+		char path[300], line[512];
+		FILE *f;
+		int pm;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/maps", de->d_name);
+		f = fopen(path, "r");
+		snprintf(path, sizeof(path), "/proc/%s/pagemap", de->d_name);
+		pm = open(path, O_RDONLY | O_CLOEXEC);
+		while (f && pm >= 0 && fgets(line, sizeof(line), f)) {
+			unsigned long lo, hi;
+
+			if (!strstr(line, "memfd:") ||
+			    sscanf(line, "%lx-%lx", &lo, &hi) != 2)
+				continue;
+			if (hi - lo > (1ul << 30))
+				hi = lo + (1ul << 30);
+			for (unsigned long a = lo; a < hi; a += 4096) {
+				uint64_t e = 0;
+
+				if (pread(pm, &e, 8, (off_t)(a / 4096 * 8)) == 8 &&
+				    (e >> 63 & 1) &&
+				    (e & ((1ull << 55) - 1)) == pfn) {
+					char comm[64] = "?";
+					char cp[300];
+					FILE *c;
+
+					snprintf(cp, sizeof(cp), "/proc/%s/comm",
+						 de->d_name);
+					c = fopen(cp, "r");
+					if (c) {
+						if (!fgets(comm, sizeof(comm), c))
+							comm[0] = 0;
+						fclose(c);
+					}
+					comm[strcspn(comm, "\n")] = 0;
+					fprintf(stderr,
+						"  mapped by pid %s (%s) at %#lx "
+						"in %s",
+						de->d_name, comm, a, line);
+				}
+			}
+		}
+		if (f)
+			fclose(f);
+		if (pm >= 0)
+			close(pm);
+	}
+	if (d)
+		closedir(d);
+}
+
 /*
  * A page found wrong, described for whoever reads the log (CI's failures
  * happen once in hundreds of runs): every segment, whether the library
@@ -457,6 +546,25 @@ static void diagnose(struct sb_buf *sbuf, char *x, const struct model *m,
 							(off / PAGE % 64) & 1)
 						: -1,
 					(int)sbuf->home_clean);
+				/* What the heap's file holds there. */
+				{
+					int hfd = h->fd;
+					off_t ho = sbi_pid_off(pool, k);
+					off_t sd = lseek(hfd, ho, SEEK_DATA);
+					static uint64_t hb[PAGE / 8];
+					ssize_t got = pread(hfd, hb, PAGE, ho);
+					size_t nz = 0;
+
+					for (size_t w = 0;
+					     got == PAGE && w < PAGE / 8; w++)
+						nz += hb[w] != 0;
+					fprintf(stderr,
+						"  heap fd %d at %#llx: SEEK_DATA "
+						"%lld, pread %zd, %zu nonzero "
+						"words\n",
+						hfd, (unsigned long long)ho,
+						(long long)sd, got, nz);
+				}
 				pthread_mutex_unlock(&pool->lock);
 			}
 		}
@@ -486,6 +594,8 @@ static void diagnose(struct sb_buf *sbuf, char *x, const struct model *m,
 				(unsigned long long)(e & ((1ull << 55) - 1)));
 		if (pm >= 0)
 			close(pm);
+		if (e >> 63 & 1)
+			who_maps(e & ((1ull << 55) - 1));
 		snprintf(fdp, sizeof(fdp), "/proc/self/fd/%d", pool->uffd);
 		n = readlink(fdp, link, sizeof(link) - 1);
 		link[n > 0 ? n : 0] = 0;
