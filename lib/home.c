@@ -193,6 +193,24 @@ static int fill_window(struct sb_pool *pool, struct sbi_heap *h)
 	return 0;
 }
 
+/* The windows of a buffer's home heaps, gone again before its first
+ * page-in (the mappings they take are wanted for the home itself). */
+static void drop_windows(struct sb_pool *pool, const uint32_t *home,
+			 size_t nheaps)
+{
+	for (size_t k = 0; k < nheaps; k++) {
+		struct sbi_heap *h = pool->heaps[home[k]];
+		char *m;
+
+		pthread_mutex_lock(&pool->lock);
+		m = h->fill;
+		h->fill = NULL;
+		pthread_mutex_unlock(&pool->lock);
+		if (m)
+			munmap(m, (size_t)h->npages * pool->page_size);
+	}
+}
+
 int sbi_home_setup(struct sb_buf *buf)
 {
 	struct sb_pool *pool = buf->pool;
@@ -226,17 +244,32 @@ int sbi_home_setup(struct sb_buf *buf)
 		return 0;
 	}
 	/* A clean home's page-ins copy into its heaps' windows: without
-	 * them (vm.max_map_count), it registers MINOR as any home. */
+	 * all of them (vm.max_map_count), it registers MINOR as any home. */
 	for (k = 0; k < nheaps && buf->home_clean; k++)
-		if (fill_window(pool, pool->heaps[home[k]]) < 0)
+		if (fill_window(pool, pool->heaps[home[k]]) < 0) {
+			drop_windows(pool, home, nheaps);
 			buf->home_clean = false;
+		}
 	pthread_rwlock_rdlock(&pool->layout);
 	pthread_mutex_lock(&buf->lock);
-	for (k = 0; k < nheaps && r == 0; k++) {
-		size_t first = k * pph;
-		size_t n = buf->npages - first < pph ? buf->npages - first : pph;
+	for (int tries = 0; tries < 2; tries++) {
+		for (k = 0, r = 0; k < nheaps && r == 0; k++) {
+			size_t first = k * pph;
+			size_t n = buf->npages - first < pph
+					   ? buf->npages - first
+					   : pph;
 
-		r = sbi_vma_map_home(buf, first, n, pool->heaps[home[k]]);
+			r = sbi_vma_map_home(buf, first, n,
+					     pool->heaps[home[k]]);
+		}
+		if (r == 0 || !buf->home_clean)
+			break;
+		/* The windows took the room the home needed: the home
+		 * without them (MINOR), from the common layout again. */
+		if (sbi_vma_unplace(buf, 0, buf->npages) < 0)
+			break;
+		drop_windows(pool, home, nheaps);
+		buf->home_clean = false;
 	}
 	if (r == 0) {
 		buf->home = home;

@@ -339,11 +339,13 @@ static int home_fill(struct sb_pool *pool, struct sbi_io *io)
 	int fail = sbi_test_failure(&bounce_fault);
 	int r;
 
+	/* (A copy is of whole 4 KiB: half a page rounds down.) */
 	if (fail)
-		len /= 2;
-	r = sbi_uffd_copy(pool->uffd_sigbus,
-			  h->fill + ((size_t)i << pool->page_shift), io->bounce,
-			  len, &done);
+		len = len / 2 / 4096 * 4096;
+	r = len ? sbi_uffd_copy(pool->uffd_sigbus,
+				h->fill + ((size_t)i << pool->page_shift),
+				io->bounce, len, &done)
+		: 0;
 	if (r == -EEXIST)
 		r = sbi_heap_write(h, i, io->bounce, len, pool->page_size);
 	sbi_heap_unmap_pool(h, pool->page_size);
