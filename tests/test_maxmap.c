@@ -2,12 +2,14 @@
  * other 4 KiB page) eventually fail with -ENOMEM and a clear message, never
  * a crash; accounting stays exact and everything can be released. */
 #include "harness.h"
+#include "harness_internal.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
 
 static int cow_at_limit(void);
+static int home_at_limit(void);
 
 #ifdef __SANITIZE_ADDRESS__
 /*
@@ -30,6 +32,8 @@ static int child(const char *name)
 {
 	if (!strcmp(name, "cow_at_limit"))
 		return cow_at_limit();
+	if (!strcmp(name, "home_at_limit"))
+		return home_at_limit();
 	return 2;
 }
 
@@ -518,6 +522,58 @@ static int cow_at_limit(void)
 	return 0;
 }
 
+/*
+ * A file buffer of 4 home heaps opened with 14 mappings to spare: room for
+ * its home mappings, not for a clean home's copy-in windows as well
+ * (home.c). The home is made without them, registered MINOR; the windows,
+ * made first, once took the room, and the pages were mapped one by one.
+ */
+static int home_at_limit(void)
+{
+	const size_t page = 16 * KiB, heap = 1 * MiB, n = 4 * 64;
+	struct sb_pool *p = disk_pool(page, heap, 0);
+	const char *path = disk_make_file("home-limit.bin", n * page, 3);
+	struct sb_buf *w, *b;
+	struct sb_features f;
+	size_t eat = 0, len;
+	int err = 0;
+	char *m;
+
+	/* The pool's own heaps and threads first: they take mappings. */
+	w = sb_buf_open_file(p, path, 0, page, 0, &err);
+	CHECK(w);
+	CHECK(sb_buf_prefetch(w, NULL, 0, SB_PREFETCH_WAIT) >= 0);
+	(void)*(volatile char *)sb_buf_addr(w);
+	usleep(100000);
+	CHECK_EQ(sb_features_get(&f), 0);
+	len = (size_t)f.max_map_count * 2 * 4096;
+	m = mmap(NULL, len, PROT_READ,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	CHECK(m != MAP_FAILED);
+	while (mprotect(m + (2 * eat + 1) * 4096, 4096, PROT_NONE) == 0)
+		eat++;
+	for (size_t k = 0; k < 7; k++)	/* 2 mappings each */
+		CHECK_EQ(mprotect(m + (2 * (eat - 1 - k) + 1) * 4096, 4096,
+				  PROT_READ),
+			 0);
+	b = sb_buf_open_file(p, path, 0, n * page, 0, &err);
+	if (!b)
+		FAIL("sb_buf_open_file with 14 mappings to spare: %s",
+		     strerror(-err));
+	printf("a file buffer of 4 heaps with 14 mappings to spare: home %s, "
+	       "%s\n",
+	       b->home ? "yes" : "no", b->home_clean ? "clean" : "MINOR");
+	CHECK(b->home != NULL);
+	/* No window left behind where the home is not clean. */
+	for (size_t k = 0; k < 4 && !b->home_clean; k++)
+		CHECK(p->heaps[b->home[k]]->fill == NULL);
+	for (size_t i = 0; i < n; i += 37)
+		CHECK_EQ(((volatile uint64_t *)sb_buf_addr(b))[i * page / 8],
+			 disk_word(3, i * page / 8));
+	munmap(m, len);
+	return 0;
+}
+
 static int main_test(void)
 {
 	struct sb_features f;
@@ -578,6 +634,24 @@ static int main_test(void)
 		       : code == 0		? "copied"
 						: "hung or failed");
 		CHECK(code == EXIT_GOT_SIGBUS || code == 0);
+	}
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+	/* The sanitizers' own allocations map memory, refused there. */
+	printf("a file buffer's home at the limit: not under the "
+	       "sanitizers\n");
+#else
+	{
+		/* The disk tier's files (harness.h: run_pagers sets it
+		 * elsewhere). */
+		char dir[] = "/tmp/sbt-maxmap-XXXXXX";
+		int code;
+
+		CHECK(mkdtemp(dir) != NULL);
+		setenv("SBT_DIR", dir, 1);
+		code = child_exit_code(run_child("home_at_limit"));
+		disk_rm_rf(dir);
+		CHECK_EQ(code, 0);
 	}
 #endif
 	return 0;
