@@ -336,9 +336,12 @@ static int home_fill(struct sb_pool *pool, struct sbi_io *io)
 	struct sbi_heap *h = sbi_pid_heap(pool, io->pid);
 	uint32_t i = sbi_pid_index(pool, io->pid);
 	size_t len = pool->page_size, done;
-	int fail = sbi_test_failure(&bounce_fault);
+	int fail;
 	int r;
 
+	if (!h->fill)	/* (never: a clean home's heaps all have one) */
+		return bounce_write(pool, io);
+	fail = sbi_test_failure(&bounce_fault);
 	/* (A copy is of whole 4 KiB: half a page rounds down.) */
 	if (fail)
 		len = len / 2 / 4096 * 4096;
