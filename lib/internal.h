@@ -1315,10 +1315,9 @@ int sbi_vma_continue(struct sb_buf *buf, size_t idx);
  * with src's data (UFFDIO_COPY: no mapping changes). No wake. */
 int sbi_vma_copy_in(struct sb_buf *buf, size_t idx, const void *src);
 /* UFFDIO_COPY of len bytes from src to dst (a range registered with uffd),
- * no wake; tried again while the kernel asks. 0 or -errno; *done: the
- * bytes in when it failed. */
-int sbi_uffd_copy(int uffd, void *dst, const void *src, size_t len,
-		  size_t *done);
+ * no wake; tried again while the kernel asks. 0 or -errno (EEXIST: a
+ * page there already, those before it copied). */
+int sbi_uffd_copy(int uffd, void *dst, const void *src, size_t len);
 /* Drop the page-table entries of [idx, idx + n) (MADV_DONTNEED). */
 int sbi_vma_drop_ptes(struct sb_buf *buf, size_t idx, size_t n);
 /* Wake the threads stopped on a fault in [start, start + len) (a buffer

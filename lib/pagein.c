@@ -335,7 +335,7 @@ static int home_fill(struct sb_pool *pool, struct sbi_io *io)
 {
 	struct sbi_heap *h = sbi_pid_heap(pool, io->pid);
 	uint32_t i = sbi_pid_index(pool, io->pid);
-	size_t len = pool->page_size, done;
+	size_t len = pool->page_size;
 	int fail;
 	int r;
 
@@ -347,7 +347,7 @@ static int home_fill(struct sb_pool *pool, struct sbi_io *io)
 		len = len / 2 / 4096 * 4096;
 	r = len ? sbi_uffd_copy(pool->uffd_sigbus,
 				h->fill + ((size_t)i << pool->page_shift),
-				io->bounce, len, &done)
+				io->bounce, len)
 		: 0;
 	if (r == -EEXIST)
 		r = sbi_heap_write(h, i, io->bounce, len, pool->page_size);

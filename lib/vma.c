@@ -535,34 +535,31 @@ int sbi_vma_continue(struct sb_buf *buf, size_t idx)
  * MISSING (evict.c): fill that page with src's data and map it, atomically,
  * with no change of mappings (UFFDIO_COPY), and wake nobody: the caller
  * wakes the thread that waits. */
-int sbi_uffd_copy(int uffd, void *dst, const void *src, size_t len,
-		  size_t *done)
+int sbi_uffd_copy(int uffd, void *dst, const void *src, size_t len)
 {
 	struct uffdio_copy copy = {.mode = UFFDIO_COPY_MODE_DONTWAKE};
+	size_t done = 0;
 
-	*done = 0;
 	for (int tries = 0; tries < 1000; tries++) {
-		copy.dst = (uintptr_t)dst + *done;
-		copy.src = (uintptr_t)src + *done;
-		copy.len = len - *done;
+		copy.dst = (uintptr_t)dst + done;
+		copy.src = (uintptr_t)src + done;
+		copy.len = len - done;
 		copy.copy = 0;
 		if (ioctl(uffd, UFFDIO_COPY, &copy) == 0)
 			return 0;
 		if (errno != EAGAIN)
 			return -errno;
 		if (copy.copy > 0)	/* a part is in: the rest */
-			*done += (size_t)copy.copy;
+			done += (size_t)copy.copy;
 	}
 	return -EAGAIN;
 }
 
 int sbi_vma_copy_in(struct sb_buf *buf, size_t idx, const void *src)
 {
-	size_t done;
-
 	SBI_HELD(&buf->lock);
 	return sbi_uffd_copy(buf->pool->uffd, page_addr(buf, idx), src,
-			     pages_len(buf, 1), &done);
+			     pages_len(buf, 1));
 }
 
 int sbi_vma_drop_ptes(struct sb_buf *buf, size_t idx, size_t n)

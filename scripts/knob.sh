@@ -12,6 +12,10 @@
 #   knob_value FILE               the value now (the [chosen] word of a
 #                                 sysfs choice list such as shmem_enabled)
 #   knob_changed                  1 when the last knob_set wrote FILE
+#   knob_shmem_ready WHAT         0 when shmem_enabled can be set to
+#                                 within_size here (knob_shmem: its path);
+#                                 else 1, having printed a test runner's
+#                                 SKIP of WHAT and its summary line
 #   knob_hugepages NEED           at least NEED 2 MiB huge pages free and
 #                                 not reserved by a mapping, raising
 #                                 vm.nr_hugepages for this run when fewer
@@ -203,5 +207,14 @@ knob_hugepages() {
 	knob_hp_free=$(($(knob_hp_meminfo HugePages_Free) - $(knob_hp_meminfo HugePages_Rsvd)))
 	[ "$knob_hp_free" -ge "$1" ] && return 0
 	knob_why="only $knob_hp_free huge pages could be reserved, $1 needed: not enough free memory"
+	return 1
+}
+
+knob_shmem=/sys/kernel/mm/transparent_hugepage/shmem_enabled
+knob_shmem_ready() {
+	[ -w "$knob_shmem" ] && grep -q within_size "$knob_shmem" && return 0
+	echo "SKIP  $1: $knob_shmem is not writable here or has no" \
+		"within_size (root and transparent huge pages needed)"
+	echo "0 passed, 0 failed, 1 skipped"
 	return 1
 }

@@ -12,15 +12,9 @@
 set -u
 build=${1:-build}
 runs=${2:-3}
-knob=/sys/kernel/mm/transparent_hugepage/shmem_enabled
-if [ ! -w "$knob" ] || ! grep -q within_size "$knob"; then
-	echo "SKIP  test_chaos with shmem_enabled flipping: $knob is not" \
-		"writable here or has no within_size (root and transparent" \
-		"huge pages needed)"
-	echo "0 passed, 0 failed, 1 skipped"
-	exit 0
-fi
 . "$(dirname "$0")/knob.sh"
+knob_shmem_ready "test_chaos with shmem_enabled flipping" || exit 0
+knob=$knob_shmem
 knob_stale
 was=$(knob_value "$knob")
 if [ "$was" = within_size ]; then

@@ -9,15 +9,9 @@
 #   scripts/test-folios.sh BUILD
 set -u
 build=${1:-build}
-knob=/sys/kernel/mm/transparent_hugepage/shmem_enabled
-if [ ! -w "$knob" ] || ! grep -q within_size "$knob"; then
-	echo "SKIP  the suite with huge heap folios: $knob is not writable" \
-		"here or has no within_size (root and transparent huge pages" \
-		"needed)"
-	echo "0 passed, 0 failed, 1 skipped"
-	exit 0
-fi
 . "$(dirname "$0")/knob.sh"
+knob_shmem_ready "the suite with huge heap folios" || exit 0
+knob=$knob_shmem
 knob_stale
 was=$(knob_value "$knob")
 # A kill -9 cannot be trapped: say how to put it back first (the next
