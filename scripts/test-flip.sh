@@ -40,7 +40,9 @@ trap 'exit 141' PIPE
 knob_set "$knob" "$was" || exit 1
 (
 	trap - EXIT
-	while :; do
+	# Never outlives the run ($$ is the script's: a kill -9 of it
+	# leaves this loop, which then stops; knob_stale puts it back).
+	while kill -0 $$ 2>/dev/null; do
 		knob_set "$knob" within_size || exit 1
 		sleep 0.5
 		knob_set "$knob" "$was" || exit 1
