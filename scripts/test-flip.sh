@@ -27,7 +27,8 @@ echo "(shmem_enabled flips for this run; if it is killed, restore it:" \
 	"echo $was > $knob)"
 flipper=
 stop() {
-	[ -n "$flipper" ] && kill "$flipper" 2>/dev/null && wait "$flipper"
+	[ -n "$flipper" ] && kill "$flipper" 2>/dev/null &&
+		{ wait "$flipper"; } 2>/dev/null
 	flipper=
 	knob_set "$knob" "$was" >/dev/null 2>&1
 	knob_restore
