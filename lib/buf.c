@@ -662,40 +662,17 @@ static int protect_src(struct sb_buf *src, size_t s0, size_t n)
 	return r;
 }
 
-/* Make dst's [d0, d0+n) show snap[] (already referenced for dst). Returns
- * 0 or -errno; entries done so far stay consistent. */
-static int install_dst(struct sb_buf *dst, size_t d0, size_t n,
-		       sbi_ptref *snap, size_t *released)
+/* Enter snap[b0, b1) in dst's table at d0 + b0, the mappings made: dst's
+ * evicted data there dies, as with unmap, and the pages it held go. */
+static void install_enter(struct sb_buf *dst, size_t d0, size_t b0,
+			  size_t b1, const sbi_ptref *snap, size_t *released)
 {
 	struct sb_pool *pool = dst->pool;
 	sbi_ptref old[256];
 
-	for (size_t k = 0; k < n;) {
-		size_t run = 1;
-		int r;
+	for (size_t k = b0; k < b1;) {
+		size_t run = b1 - k < 256 ? b1 - k : 256;
 
-		if (!sbi_ptref_none(snap[k])) {
-			sbi_pid p = sbi_ptref_pid(snap[k]);
-
-			/* Consecutive pages of one heap: one mapping. */
-			while (k + run < n && run < 256 &&
-			       sbi_ptref_pid(snap[k + run]) == p + run &&
-			       (p + run) % pool->pages_per_heap)
-				run++;
-			r = sbi_vma_place_shared(dst, d0 + k, run, p,
-						 pool->uffd);
-		} else {
-			while (k + run < n && run < 256 &&
-			       sbi_ptref_none(snap[k + run]))
-				run++;
-			r = sbi_vma_unplace(dst, d0 + k, run);
-		}
-		if (r < 0) {
-			/* Drop the references meant for pages not done. */
-			sbi_pool_put(pool, snap + k, n - k);
-			return r;
-		}
-		/* dst's evicted data dies, as with unmap. */
 		for (size_t t = d0 + k; t < d0 + k + run; t++)
 			if (!sbi_pte_has_page(dst->pte[t]))
 				sbi_pte_release(dst, dst->pte[t]);
@@ -713,7 +690,83 @@ static int install_dst(struct sb_buf *dst, size_t d0, size_t n,
 		sbi_pool_put(pool, old, run);
 		k += run;
 	}
-	return 0;
+}
+
+/* Protect the shares mapped over snap[b0, b1) together and enter them.
+ * One that cannot be protected must not show: the range goes back to
+ * unplaced pages, and its references with it. */
+static int install_finish(struct sb_buf *dst, size_t d0, size_t b0,
+			  size_t b1, sbi_ptref *snap, size_t *released)
+{
+	struct sb_pool *pool = dst->pool;
+	int r;
+
+	if (b0 == b1)
+		return 0;
+	r = sbi_vma_share_finish(dst, d0 + b0, b1 - b0, pool->uffd);
+	if (r < 0) {
+		sbi_vma_unplace(dst, d0 + b0, b1 - b0);
+		sbi_pool_put(pool, snap + b0, b1 - b0);
+		for (size_t t = b0; t < b1; t++)
+			snap[t] = SBI_NOPAGE;
+	}
+	install_enter(dst, d0, b0, b1, snap, released);
+	return r;
+}
+
+/* Make dst's [d0, d0+n) show snap[] (already referenced for dst). Returns
+ * 0 or -errno; entries done so far stay consistent. The shares between two
+ * runs of holes are mapped one run of a heap's pages at a time, then
+ * protected at once (install_finish). */
+static int install_dst(struct sb_buf *dst, size_t d0, size_t n,
+		       sbi_ptref *snap, size_t *released)
+{
+	struct sb_pool *pool = dst->pool;
+	size_t b0 = 0, k = 0;	/* [b0, k): mapped, not yet protected */
+	int r = 0;
+
+	while (k < n && r == 0) {
+		size_t run = 1;
+
+		if (!sbi_ptref_none(snap[k])) {
+			sbi_pid p = sbi_ptref_pid(snap[k]);
+
+			/* Consecutive pages of one heap: one mapping. */
+			while (k + run < n && run < 256 &&
+			       sbi_ptref_pid(snap[k + run]) == p + run &&
+			       (p + run) % pool->pages_per_heap)
+				run++;
+			r = sbi_vma_map_private(dst, d0 + k, run, p);
+			if (r == 0)
+				k += run;
+			continue;
+		}
+		/* Holes: the shares before them are finished first. */
+		r = install_finish(dst, d0, b0, k, snap, released);
+		b0 = k;
+		if (r < 0)
+			break;
+		while (k + run < n && run < 256 &&
+		       sbi_ptref_none(snap[k + run]))
+			run++;
+		r = sbi_vma_unplace(dst, d0 + k, run);
+		if (r < 0)
+			break;
+		install_enter(dst, d0, k, k + run, snap, released);
+		k += run;
+		b0 = k;
+	}
+	/* The shares mapped last, and those before a mapping that failed. */
+	if (b0 < k) {
+		int f = install_finish(dst, d0, b0, k, snap, released);
+
+		if (r == 0)
+			r = f;
+	}
+	if (r < 0)
+		/* Drop the references meant for pages not done. */
+		sbi_pool_put(pool, snap + k, n - k);
+	return r;
 }
 
 /*

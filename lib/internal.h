@@ -1282,6 +1282,13 @@ int sbi_vma_place(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid,
  * in which a write could reach the shared page. */
 int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
 			 sbi_pid pid, int uffd);
+/* sbi_vma_place_shared in two steps, so that runs of pages from many
+ * places are protected together: map n pages at pid MAP_PRIVATE over
+ * [idx, idx+n), unprotected (no write can reach the shared page, but the
+ * range must be finished before the buffer's lock goes); then protect a
+ * range of such mappings, however many, through uffd. */
+int sbi_vma_map_private(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid);
+int sbi_vma_share_finish(struct sb_buf *buf, size_t idx, size_t n, int uffd);
 /* Map heap h's pages [0, n) over pages [idx, idx+n), registered MISSING
  * and MINOR with the pool's uffd: a new file buffer's home mapping
  * (home.c). */

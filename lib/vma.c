@@ -32,6 +32,7 @@
 #include "uffd_compat.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -614,45 +615,121 @@ void sbi_vma_wake(struct sb_buf *buf, size_t idx)
 	ioctl(buf->pool->uffd, UFFDIO_WAKE, &range);
 }
 
-int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
-			 sbi_pid pid, int uffd)
+int sbi_vma_map_private(struct sb_buf *buf, size_t idx, size_t n, sbi_pid pid)
 {
 	SBI_HELD(&buf->lock);
 	SBI_HELD(&buf->pool->layout);
 	struct sb_pool *pool = buf->pool;
-	char *addr = page_addr(buf, idx);
-	size_t len = pages_len(buf, n);
-	int r;
 
 	/*
-	 * The new mapping exists, unprotected, between mmap and the
-	 * write-protect below. Mapped MAP_PRIVATE, a write in that window
-	 * gets a private copy from the kernel and can never reach the page
-	 * that other buffers show. After the protection, MADV_DONTNEED drops
-	 * such copies: the racing write is ordered before the share, whose
-	 * result replaces it. The page-table entries it zaps keep their
-	 * write-protect marker, so the next write faults to the handler. No
-	 * MAP_POPULATE: it would copy every page (a write populate).
+	 * The new mapping exists, unprotected, until sbi_vma_share_finish.
+	 * Mapped MAP_PRIVATE, a write meanwhile gets a private copy from the
+	 * kernel and can never reach the page that other buffers show; the
+	 * finish drops such copies. No MAP_POPULATE: it would copy every
+	 * page (a write populate).
 	 */
 	home_lose(buf, idx, n);
-	if (fixed_map(addr, len, PROT_READ | PROT_WRITE,
+	if (fixed_map(page_addr(buf, idx), pages_len(buf, n),
+		      PROT_READ | PROT_WRITE,
 		      MAP_PRIVATE | (heap_flags(sbi_pid_heap(pool, pid)) &
 				     MAP_NORESERVE),
 		      sbi_pid_heap(pool, pid)->fd, sbi_pid_off(pool, pid)) ==
 	    MAP_FAILED)
 		return map_error(errno);
+	return 0;
+}
+
+/* Test hook: the next count reads of pagemap (drop_copies) fail, as where
+ * /proc is not mounted. */
+static struct sbi_test_fault pagemap_fault;
+
+void sbi_test_pagemap_fail(unsigned count);
+void sbi_test_pagemap_fail(unsigned count)
+{
+	sbi_test_arm(&pagemap_fault, ENOENT, count);
+}
+
+/*
+ * Drop the private copies that writes made in [addr, addr+len) between the
+ * mapping and its protection: such a write is ordered before the share,
+ * whose result replaces it. /proc/self/pagemap tells them apart: present,
+ * and not a file's page (bit 61). Nothing else writes there meanwhile: a
+ * write after the protection faults to a handler, which waits for the
+ * buffer's lock, held here. 0, or -errno when pagemap cannot be read.
+ */
+static int drop_copies(char *addr, size_t len)
+{
+	enum { N = 512 };
+	uint64_t e[N];
+	uintptr_t a = (uintptr_t)addr, end = a + len;
+	int fd, r = sbi_test_failure(&pagemap_fault);
+
+	if (r < 0)
+		return r;
+	fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	while (a < end && r == 0) {
+		size_t n = (end - a) / 4096 < N ? (end - a) / 4096 : N;
+		ssize_t got = pread(fd, e, n * sizeof(e[0]),
+				    (off_t)(a / 4096 * sizeof(e[0])));
+
+		if (got != (ssize_t)(n * sizeof(e[0]))) {
+			r = got < 0 ? -errno : -EIO;
+			break;
+		}
+		for (size_t i = 0; i < n; i++)
+			if ((e[i] >> 63 & 1) && !(e[i] >> 61 & 1))
+				madvise((void *)(a + i * 4096), 4096,
+					MADV_DONTNEED);
+		a += n * 4096;
+	}
+	close(fd);
+	return r;
+}
+
+int sbi_vma_share_finish(struct sb_buf *buf, size_t idx, size_t n, int uffd)
+{
+	SBI_HELD(&buf->lock);
+	SBI_HELD(&buf->pool->layout);
+	char *addr = page_addr(buf, idx);
+	size_t len = pages_len(buf, n);
+	int r;
+
+	/*
+	 * Reads first, while no uffd is registered there: a read fault then
+	 * maps the 16 pages around it (fault-around). Once registered for
+	 * write-protection the kernel maps one 4 KiB page a fault, through
+	 * the markers the protection leaves: a populate after it was 60% of
+	 * the prompt cache's get (perf, 2026-12-01). A read populate copies
+	 * nothing. Not a table at a time with a read of each
+	 * (populate_walked): a share is mostly a few pages, and that read
+	 * cost the get 3x (design.md, "Page tables on a shadow-paging host").
+	 */
+	madvise(addr, len, MADV_POPULATE_READ);
+	/* One registration and one protection for the whole range, however
+	 * many mappings make it up: a prompt's pages come from sparsebufd's
+	 * heaps a few at a time. */
 	r = sbi_vma_protect(buf, idx, n, uffd);
 	if (r < 0)
 		return r;
-	madvise(addr, len, MADV_DONTNEED);
-	/* Reads then take no fault (a read populate copies nothing). Not a
-	 * table at a time with a read of each (populate_walked): a share is
-	 * mostly a page at a time, and that read, with one fault to make the
-	 * tables before the write-protect (which makes them all at once),
-	 * cost the prompt cache's get 3x (768 shares: 14 ms, 44 ms with
-	 * them; design.md, "Page tables on a shadow-paging host"). */
-	madvise(addr, len, MADV_POPULATE_READ);
+	if (drop_copies(addr, len) < 0) {
+		/* No pagemap: every entry goes (those of a racing write's
+		 * copies with them), and is filled again. The zapped
+		 * entries keep their write-protect markers, so the next
+		 * write faults to the handler. */
+		madvise(addr, len, MADV_DONTNEED);
+		madvise(addr, len, MADV_POPULATE_READ);
+	}
 	return 0;
+}
+
+int sbi_vma_place_shared(struct sb_buf *buf, size_t idx, size_t n,
+			 sbi_pid pid, int uffd)
+{
+	int r = sbi_vma_map_private(buf, idx, n, pid);
+
+	return r < 0 ? r : sbi_vma_share_finish(buf, idx, n, uffd);
 }
 
 int sbi_vma_poison(struct sb_buf *buf, size_t idx)

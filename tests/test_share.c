@@ -1,11 +1,13 @@
 /* Sharing with copy-on-write: both directions, pages counted once, the last
  * holder keeps the page without a copy, dst replaced, unplaced sources,
  * same-buffer shares, chains, a KV-style shared prompt, concurrent writers
- * on both sides, and SIGBUS when a copy cannot be had, also for writers
- * whose fault waits signals keep interrupting (no write may be lost). */
+ * on both sides, writes racing a share into its destination, and SIGBUS
+ * when a copy cannot be had, also for writers whose fault waits signals
+ * keep interrupting (no write may be lost). */
 #include "harness.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #define PAGE (256 * KiB)
 
@@ -261,6 +263,78 @@ static void concurrent_writers(void)
 	sb_pool_destroy(p);
 }
 
+/*
+ * Writes into dst racing a share into it: each is ordered before the share
+ * (the share's data replaces it) or after (a copy on write of the share's
+ * page, which the pool knows of). A private copy the kernel made for a
+ * write between the share's mapping and its protection must not outlive
+ * the share (vma.c, drop_copies): dst would show a byte that its pages do
+ * not hold, and a share from dst would not show it.
+ */
+struct racer {
+	char *base;
+	size_t len;
+	atomic_bool stop;
+};
+
+static void *race_writes(void *arg)
+{
+	struct racer *r = arg;
+	char v = 1;
+
+	while (!atomic_load(&r->stop)) {
+		for (size_t o = 0; o < r->len; o += 4096)
+			r->base[o + 7] = v; /* a byte check_fill skips */
+		v = (char)(v % 120 + 1);
+	}
+	return NULL;
+}
+
+void sbi_test_pagemap_fail(unsigned count);
+
+/* pagemap_fails: drop_copies cannot read pagemap (its fallback). */
+static void writes_racing_share(bool pagemap_fails)
+{
+	enum { N = 16, ROUNDS = 100 };
+	struct sb_pool *p = make_pool(PAGE, 64 * MiB, 0);
+	struct sb_buf *a = make_buf(p, 64 * MiB, 0);
+	struct sb_buf *b = make_buf(p, 64 * MiB, 0);
+	struct sb_buf *c = make_buf(p, 64 * MiB, 0);
+	char *xb = sb_buf_addr(b), *xc = sb_buf_addr(c);
+	int bad = 0;
+
+	CHECK_EQ(sb_buf_map(a, 0, N * PAGE), N);
+	CHECK_EQ(sb_buf_map(b, 0, N * PAGE), N);
+	fill(xb, N * PAGE, 99);
+	for (int round = 0; round < ROUNDS; round++) {
+		struct racer r = {xb, N * PAGE, false};
+		pthread_t th;
+
+		fill(sb_buf_addr(a), N * PAGE, round);
+		sbi_test_pagemap_fail(pagemap_fails ? 1000 : 0);
+		pthread_create(&th, NULL, race_writes, &r);
+		CHECK_EQ(sb_buf_share(b, 0, a, 0, N * PAGE), N);
+		atomic_store(&r.stop, true);
+		pthread_join(th, NULL);
+		CHECK(check_fill(xb, N * PAGE, round));
+		CHECK(check_fill(sb_buf_addr(a), N * PAGE, round));
+		/* What b shows is what its pages hold. */
+		CHECK_EQ(sb_buf_share(c, 0, b, 0, N * PAGE), N);
+		bad += memcmp(xb, xc, N * PAGE) != 0;
+	}
+	CHECK_EQ(bad, 0);
+	VERIFY(p);
+	sb_buf_destroy(a);
+	sb_buf_destroy(b);
+	sb_buf_destroy(c);
+	CHECK_EQ(stats(p).pages_used, 0);
+	sb_pool_destroy(p);
+	sbi_test_pagemap_fail(0);
+	printf("writes racing %d shares%s: dst held what it showed each "
+	       "time\n",
+	       ROUNDS, pagemap_fails ? " (no pagemap)" : "");
+}
+
 static int main_test(void)
 {
 	require_cow();
@@ -268,6 +342,8 @@ static int main_test(void)
 	replace_and_holes();
 	shared_prompt();
 	concurrent_writers();
+	writes_racing_share(false);
+	writes_racing_share(true);
 	CHECK_EQ(child_exit_code(run_child("cow-budget")), EXIT_GOT_SIGBUS);
 	CHECK_EQ(child_exit_code(run_child("cow-budget-signals")), 0);
 	printf("sharing: ok\n");
