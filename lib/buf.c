@@ -297,6 +297,9 @@ SB_API void sb_buf_destroy(struct sb_buf *buf)
 
 	pthread_mutex_lock(&buf->lock);
 	unreserve(buf->base, buf->length);
+	/* Nothing maps its home heaps now: the pool's, like any heap. */
+	if (buf->home)
+		sbi_pool_home_gone(pool, buf->home, buf->home_heaps);
 	if (disk_used(buf))
 		for (size_t i = 0; i < buf->disk_hi; i++)
 			if (!sbi_pte_has_page(buf->pte[i]))

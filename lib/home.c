@@ -45,9 +45,11 @@
  * Anything that replaces a page's mapping the common way (sharing its page
  * into another buffer and then releasing it, a fallback after an error)
  * marks the page lost (vma.c), and from then on it is placed and released
- * the common way; its home page goes back to the pool with its last holder
- * as any page does. A page is home only while it is not lost and its entry
- * names its home page, placed or kept.
+ * the common way. Its home page, once its last holder lets go, is punched
+ * and reserved for its heap again, as is the last heap's tail past the
+ * buffer's pages: no page of a home heap is free while its buffer lives
+ * (pool.c, reserve_home, says why). A page is home only while it is not
+ * lost and its entry names its home page, placed or kept.
  */
 #include "internal.h"
 #include "uffd_compat.h"
@@ -292,6 +294,7 @@ int sbi_home_setup(struct sb_buf *buf)
 	if (!buf->home) {
 		sbi_pid pids[256];
 
+		sbi_pool_home_gone(pool, home, nheaps);
 		for (size_t i = 0; i < buf->npages;) {
 			size_t n = 0;
 

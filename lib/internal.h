@@ -179,7 +179,10 @@ enum sbi_page_state {
 	SBI_PG_USED,		/* holds data for >= 1 buffer page */
 	SBI_PG_EVICTED,		/* its data went to disk, its memory back:
 				 * reserved, because the evicted buffer page
-				 * still maps it (see evict.c) */
+				 * still maps it (see evict.c); with no
+				 * reference, a home heap's page that no
+				 * buffer page names, reserved for the heap
+				 * (sbi_heap.home) */
 	SBI_PG_FOREIGN,		/* a page of an imported heap (import.c):
 				 * never allocated, punched or evicted here */
 };
@@ -196,6 +199,14 @@ struct sbi_heap {
 	 * scan of free or used pages ever picks one), owner[] the pins
 	 * this pool holds on each page at the daemon. */
 	bool foreign;
+	/* A live buffer's home heap (home.c): no page of it is ever free.
+	 * One written into through the file or the pool side could get a
+	 * folio spanning the holes of the home's evicted pages beside it,
+	 * zeros that a clean home maps without a fault (docs/design.md,
+	 * "Heap folios"). A page no buffer page names (the heap's tail past
+	 * the buffer's pages, a lost page's home let go by its last holder)
+	 * stays EVICTED with no reference. pool->lock. */
+	bool home;
 	uint32_t fid;
 	uint64_t fgen;
 	/* The file offset of page 0 (an imported heap larger than the
@@ -752,7 +763,8 @@ void sbi_pool_put(struct sb_pool *pool, const sbi_ptref *refs, size_t n);
 void sbi_pool_put1(struct sb_pool *pool, sbi_pid pid);
 uint32_t sbi_pool_refs(struct sb_pool *pool, sbi_pid p);
 /* Eviction (plain pids): punch the memory of USED pages, then make them
- * EVICTED; and give EVICTED pages back to the pool (free, unbacked). */
+ * EVICTED; and give EVICTED pages back to the pool (free, unbacked; in a
+ * home heap, reserved for it). */
 void sbi_pool_evicted(struct sb_pool *pool, const sbi_pid *pids, size_t n);
 /* The second half of that: pages whose memory the caller punched. */
 void sbi_pool_mark_evicted(struct sb_pool *pool, const sbi_pid *pids,
@@ -764,9 +776,15 @@ void sbi_pool_drop_evicted(struct sb_pool *pool, const sbi_pid *pids,
  * and the two swap states, so that the counts stay as they were. */
 void sbi_pool_swap_kept(struct sb_pool *pool, sbi_pid from, sbi_pid kept);
 /* Home heaps (home.c): new heaps for npages pages, each page EVICTED (held
- * for the buffer page that maps it, no memory); slots[] gets the heaps'
- * slots, one per pages_per_heap pages. 0, or -errno with none added. */
+ * for the buffer page that maps it, no memory; the last heap's tail held
+ * by nobody, reserved); slots[] gets the heaps' slots, one per
+ * pages_per_heap pages. 0, or -errno with none added. */
 int sbi_pool_add_home(struct sb_pool *pool, size_t npages, uint32_t *slots);
+/* Their buffer is going (or never got them): the heaps are the pool's
+ * like any other, their pages reserved for nobody free (unbacked). The
+ * pages buffer pages still name are the caller's to give back. */
+void sbi_pool_home_gone(struct sb_pool *pool, const uint32_t *slots,
+			size_t nheaps);
 /* Mark (or unmark) a USED page as held by a page-in in flight. */
 void sbi_pool_mark_io(struct sb_pool *pool, sbi_pid pid, bool on);
 /* The first free page in state st (READY or DIRTY), heap by heap, whose

@@ -915,6 +915,32 @@ static bool drop_foreign(struct sb_pool *pool, struct sbi_heap *h)
 	return true;
 }
 
+/*
+ * Page i of the home heap h (home.c), which no buffer page holds any more:
+ * a page that lost its home, let go by its last holder. Reserved for the
+ * heap again (EVICTED, no reference), never free: another allocation
+ * would write into it through the file or the pool side, and with large
+ * folios (shmem_enabled set to within_size or always while the buffer is
+ * open) get one spanning the holes of the evicted homes beside it, zeros
+ * that a clean home maps without a fault. Punched under the lock, so that
+ * it is never free, nor counted without the memory it has: only a page
+ * shared out of a file buffer and let go on both sides comes here.
+ * pool->lock held.
+ */
+static void reserve_home(struct sb_pool *pool, struct sbi_heap *h, uint32_t i)
+{
+	SBI_HELD(&pool->lock);
+	sbi_heap_punch(h, i, 1, pool->page_size);
+	h->state[i] = SBI_PG_EVICTED;
+	h->owner[i] = 0;
+	__atomic_store_n(&h->raddr[i], 0, __ATOMIC_RELAXED);
+	h->nused--;
+	h->nevicted++;
+	pool->used--;
+	pool->resident--;
+	pool->evicted++;
+}
+
 void sbi_pool_put(struct sb_pool *pool, const sbi_ptref *refs, size_t n)
 {
 	struct sbi_heap *gone[8];
@@ -947,6 +973,10 @@ void sbi_pool_put(struct sb_pool *pool, const sbi_ptref *refs, size_t n)
 			 * through this process. */
 			if (!--h->nheld && ngone < 8 && drop_foreign(pool, h))
 				gone[ngone++] = h;
+			continue;
+		}
+		if (h->home) {
+			reserve_home(pool, h, i);
 			continue;
 		}
 		h->state[i] = SBI_PG_DIRTY;
@@ -1009,9 +1039,11 @@ void sbi_pool_drop_evicted(struct sb_pool *pool, const sbi_pid *pids,
 		struct sbi_heap *h = sbi_pid_heap(pool, pids[k]);
 		uint32_t i = sbi_pid_index(pool, pids[k]);
 
-		h->state[i] = SBI_PG_UNBACKED;	/* punched at eviction */
 		h->refs[i] = 0;
 		h->owner[i] = 0;
+		if (h->home)
+			continue;	/* reserved for it (reserve_home) */
+		h->state[i] = SBI_PG_UNBACKED;	/* punched at eviction */
 		h->nevicted--;
 		pool->evicted--;
 	}
@@ -1079,12 +1111,15 @@ int sbi_pool_add_home(struct sb_pool *pool, size_t npages, uint32_t *slots)
 			break;
 		}
 		/* Each page reserved for the buffer page that maps it: held
-		 * (one reference), no memory, never free for another. */
-		memset(h[k]->state, SBI_PG_EVICTED, n);
+		 * (one reference), no memory, never free for another. So is
+		 * the last heap's tail, held by nobody (sbi_heap.home says
+		 * why): a hole, which costs no memory and no budget. */
+		memset(h[k]->state, SBI_PG_EVICTED, h[k]->npages);
 		for (uint32_t i = 0; i < n; i++)
 			h[k]->refs[i] = 1;
-		h[k]->nevicted = n;
-		pool->evicted += n;
+		h[k]->nevicted = h[k]->npages;
+		h[k]->home = true;
+		pool->evicted += h[k]->npages;
 		slots[k] = h[k]->slot;
 		h[k] = NULL;	/* the pool's */
 	}
@@ -1097,6 +1132,7 @@ int sbi_pool_add_home(struct sb_pool *pool, size_t npages, uint32_t *slots)
 			memset(g->state, SBI_PG_UNBACKED, g->nevicted);
 			memset(g->refs, 0, g->nevicted * sizeof(*g->refs));
 			g->nevicted = 0;
+			g->home = false;
 		}
 	}
 	pthread_mutex_unlock(&pool->lock);
@@ -1105,6 +1141,25 @@ int sbi_pool_add_home(struct sb_pool *pool, size_t npages, uint32_t *slots)
 			sbi_heap_destroy(&pool->source, h[k], pool->page_size);
 	free(h);
 	return err;
+}
+
+void sbi_pool_home_gone(struct sb_pool *pool, const uint32_t *slots,
+			size_t nheaps)
+{
+	pthread_mutex_lock(&pool->lock);
+	for (size_t k = 0; k < nheaps; k++) {
+		struct sbi_heap *h = pool->heaps[slots[k]];
+
+		h->home = false;
+		for (uint32_t i = 0; i < h->npages; i++) {
+			if (h->state[i] != SBI_PG_EVICTED || h->refs[i])
+				continue;
+			h->state[i] = SBI_PG_UNBACKED;	/* a hole already */
+			h->nevicted--;
+			pool->evicted--;
+		}
+	}
+	pthread_mutex_unlock(&pool->lock);
 }
 
 void sbi_pool_mark_io(struct sb_pool *pool, sbi_pid pid, bool on)

@@ -38,10 +38,21 @@ static int check_heaps(struct sb_pool *pool, char *why, size_t len)
 		for (uint32_t i = 0; i < h->npages; i++) {
 			bool held = h->state[i] == SBI_PG_USED ||
 				    h->state[i] == SBI_PG_EVICTED;
+			/* A home heap's page that no buffer page names,
+			 * reserved for the heap (pool.c, reserve_home). */
+			bool reserved = h->home &&
+					h->state[i] == SBI_PG_EVICTED &&
+					!h->refs[i];
 
 			if (h->state[i] > SBI_PG_EVICTED)
 				return BAD("heap %u page %u: state %u", s, i,
 					   h->state[i]);
+			/* Free, it could be written into beside the
+			 * home's evicted pages (internal.h, sbi_heap). */
+			if (h->home && !held)
+				return BAD("heap %u page %u: free (state %u) "
+					   "in a home heap",
+					   s, i, h->state[i]);
 			n[h->state[i]]++;
 			/* A free page with memory (zeroed, or freed to be
 			 * reused as it is by a copy) has it all: a copy
@@ -51,7 +62,7 @@ static int check_heaps(struct sb_pool *pool, char *why, size_t len)
 			    has_hole(h, i, pool->page_size))
 				return BAD("heap %u page %u: state %u, a hole "
 					   "in its memory", s, i, h->state[i]);
-			if (held != (h->refs[i] > 0))
+			if (held != (h->refs[i] > 0) && !reserved)
 				return BAD("heap %u page %u: state %u refs %u",
 					   s, i, h->state[i], h->refs[i]);
 		}
