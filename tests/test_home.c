@@ -10,7 +10,10 @@
  * whose page-table entries the kernel dropped from a part only reads
  * whole again (sbi_vma_continue goes past the parts still mapped). The
  * pool's accounting holds at every step. Without descriptors to spare for
- * the home heaps, a buffer is mapped the common way.
+ * the home heaps, a buffer is mapped the common way. No page of a home
+ * heap is ever free while its buffer lives (not the last heap's tail, not
+ * a lost page's home page), where a write could make a large folio over
+ * the home's evicted pages.
  */
 #include "harness.h"
 #include "harness_internal.h"
@@ -335,6 +338,144 @@ static int touch_page(struct sb_buf *b, size_t i)
 		r = -1;
 	sigaction(SIGBUS, &old, NULL);
 	return r;
+}
+
+/* ---- home heaps kept whole -------------------------------------------------- */
+
+/* Whether pool page pid is in one of b's home heaps. */
+static bool in_home_heaps(struct sb_buf *b, sbi_pid pid)
+{
+	for (size_t k = 0; k < b->home_heaps; k++)
+		if (pid / b->pool->pages_per_heap == b->home[k])
+			return true;
+	return false;
+}
+
+/* The state of pool page pid, and its references. */
+static int page_state(struct sb_pool *p, sbi_pid pid, uint32_t *refs)
+{
+	int st;
+
+	pthread_mutex_lock(&p->lock);
+	st = sbi_pid_heap(p, pid)->state[sbi_pid_index(p, pid)];
+	*refs = sbi_pid_heap(p, pid)->refs[sbi_pid_index(p, pid)];
+	pthread_mutex_unlock(&p->lock);
+	return st;
+}
+
+/* Free pages of the pool outside b's home heaps. */
+static size_t free_elsewhere(struct sb_buf *b)
+{
+	struct sb_pool *p = b->pool;
+	size_t n = 0;
+
+	pthread_mutex_lock(&p->lock);
+	for (uint32_t s = 0; s < p->heap_hi; s++)
+		for (uint32_t i = 0; p->heaps[s] && i < p->heaps[s]->npages;
+		     i++)
+			n += p->heaps[s]->state[i] != SBI_PG_USED &&
+			     p->heaps[s]->state[i] != SBI_PG_EVICTED &&
+			     !in_home_heaps(b, s * p->pages_per_heap + i);
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}
+
+/* The lowest descriptor free: with RLIMIT_NOFILE there, none can be
+ * made. */
+static rlim_t next_fd(void)
+{
+	int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+	CHECK(fd >= 0);
+	close(fd);
+	return (rlim_t)fd;
+}
+
+/*
+ * No page of a live buffer's home heaps is ever free (pool.c,
+ * reserve_home). Written into through the file or the pool side, such a
+ * page could get a folio spanning the holes of the home's evicted pages
+ * beside it, once shmem gives large folios (shmem_enabled set to
+ * within_size while the buffer is open), and a clean home maps those
+ * zeros without a fault (an adversarial review read them, with a
+ * huge=within_size tmpfs standing in for the setting). Neither the last
+ * home heap's tail past the buffer's pages, which the allocator took when
+ * it could make no heap, nor the home page of a page that lost its home,
+ * let go by its last holder, which a read of that page took next (it
+ * continues from the page before).
+ */
+static void home_heaps_whole(const char *path)
+{
+	const uint32_t pph = HEAP / PAGE;
+	struct sb_pool *p = disk_pool(PAGE, HEAP, BUDGET);
+	struct sb_buf *b = open_weights(p, path), *other, *dst;
+	struct rlimit old, none;
+	sbi_pid tail, hx;
+	uint32_t refs;
+	size_t got = 0;
+	const size_t x = pph + 6;	/* in the second heap */
+
+	CHECK(b->home != NULL);
+	hold_ready(p, true);
+	/* The tail: reserved, held by no page. */
+	tail = b->home[b->home_heaps - 1] * pph + NPAGES % pph;
+	CHECK_EQ(page_state(p, tail, &refs), SBI_PG_EVICTED);
+	CHECK_EQ(refs, 0);
+	VERIFY(p);
+	/* No descriptor for a new heap: another buffer gets the pages
+	 * free elsewhere, then an error, never a page of the tail. */
+	CHECK(free_elsewhere(b) < BUDGET / PAGE);
+	other = make_buf(p, BUDGET, 0);
+	CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0);
+	none = old;
+	none.rlim_cur = next_fd();
+	CHECK(setrlimit(RLIMIT_NOFILE, &none) == 0);
+	while (got < BUDGET / PAGE && sb_buf_map(other, got * PAGE, PAGE) == 1)
+		got++;
+	CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0);
+	printf("no heap to be made: %zu pages placed elsewhere, then an "
+	       "error\n", got);
+	CHECK(got < BUDGET / PAGE);
+	pthread_mutex_lock(&other->lock);
+	for (size_t i = 0; i < got; i++)
+		CHECK(!in_home_heaps(b, sbi_pte_page(other->pte[i])));
+	pthread_mutex_unlock(&other->lock);
+	VERIFY(p);
+	CHECK(sb_buf_unmap(other, 0, BUDGET) >= 0);
+	hold_ready(p, false);
+
+	/* A lost page's home page, let go by its last holder: reserved
+	 * again, empty; the page read in again goes elsewhere. */
+	dst = make_buf(p, PAGE, 0);
+	CHECK_EQ(touch_page(b, x - 1), 1);
+	CHECK_EQ(touch_page(b, x), 1);
+	CHECK(sb_buf_prefetch(b, NULL, 0, SB_PREFETCH_WAIT) >= 0);
+	CHECK_EQ(sb_buf_placed(b, (x - 1) * PAGE, 2 * PAGE), 2);
+	CHECK_EQ(sb_buf_share(dst, 0, b, x * PAGE, PAGE), 1);
+	CHECK(sb_buf_unmap(b, x * PAGE, PAGE) >= 0);
+	CHECK(!still_home(b, x));
+	hx = b->home[x / pph] * pph + (sbi_pid)(x % pph);
+	CHECK_EQ(page_state(p, hx, &refs), SBI_PG_USED);
+	sb_buf_destroy(dst);
+	CHECK_EQ(page_state(p, hx, &refs), SBI_PG_EVICTED);
+	CHECK_EQ(refs, 0);
+	CHECK(!home_holds_data(b, x));
+	VERIFY(p);
+	CHECK_EQ(touch_page(b, x), 1);
+	CHECK(sb_buf_prefetch(b, NULL, 0, SB_PREFETCH_WAIT) >= 0);
+	pthread_mutex_lock(&b->lock);
+	CHECK(sbi_pte_has_page(b->pte[x]));
+	CHECK(!in_home_heaps(b, sbi_pte_page(b->pte[x])));
+	pthread_mutex_unlock(&b->lock);
+	CHECK_EQ(page_state(p, hx, &refs), SBI_PG_EVICTED);
+	VERIFY(p);
+
+	/* Gone with the buffer: nothing stays reserved. */
+	sb_buf_destroy(b);
+	VERIFY(p);
+	CHECK_EQ(sbi_test_evicted_pages(p), 0);
+	sb_buf_destroy(other);
+	sb_pool_destroy(p);
 }
 
 static int child(const char *name)
@@ -700,6 +841,10 @@ static int child(const char *name)
 		VERIFY(p);
 	}
 	sb_pool_destroy(p);
+
+	/* 10. No page of a home heap is ever free while its buffer lives:
+	 * the last heap's tail and a lost page's home page stay reserved. */
+	home_heaps_whole(path);
 	return 0;
 }
 
