@@ -221,14 +221,19 @@ void sbd_budget_return(struct sbd_server *s, struct sbd_client *c,
 				"asked", c->id, (int)c->pid,
 				(unsigned long long)(c->reclaim_got >> 10),
 				(unsigned long long)(c->reclaim_asked >> 10));
-		/* Dry only when it gave nothing. A part of what was asked
-		 * is often all a client has free at that instant (its ready
-		 * thread was preparing the pages its eviction freed, seen
-		 * under load), and it may be asked again at once: marking
-		 * it dry refused everyone for DRY_MS while it had pages. */
+		/* Dry only when it gave nothing since it was first asked
+		 * (asked again meanwhile, it counts on: sbd_send_reclaim).
+		 * A part of what was asked is often all a client has free
+		 * at that instant (its ready thread was preparing the pages
+		 * its eviction freed, seen under load), and it may be asked
+		 * again at once: marking it dry refused everyone for DRY_MS
+		 * while it had pages. One that gives is no longer dry. */
 		if (!c->reclaim_got && c->reclaim_asked)
 			c->dry_ms = sbd_now_ms();
+		else if (c->reclaim_got)
+			c->dry_ms = 0;
 		c->reclaim_asked = 0;
+		c->reclaim_got = 0;
 	}
 	grant_parked(s);
 }

@@ -70,9 +70,16 @@ void sbd_send_reclaim(struct sbd_server *s, struct sbd_client *c,
 		c->dry_ms = sbd_now_ms();
 		return;
 	}
+	/* Asked again before it answered (its eviction took more than
+	 * budget.c's RECLAIM_RETRY_MS): what it returned since the first
+	 * ask still counts. The answer that comes next may be the first
+	 * ask's, its pages in the RETURNs before it; counted from zero
+	 * here, that answer read as "gave nothing" and the client was not
+	 * asked for DRY_MS, everyone refused while it had pages. */
+	if (!c->reclaim_asked)
+		c->reclaim_got = 0;
 	c->reclaim_asked = bytes;
 	c->reclaim_ms = sbd_now_ms();
-	c->reclaim_got = 0;
 	s->reclaims++;
 	if (s->verbose)
 		sbd_log("client %u (pid %d): reclaim %llu KiB", c->id,

@@ -35,7 +35,7 @@ struct sbd_client {
 	uint64_t active_ms;	/* its last lease request or growth */
 	/* A RECLAIM sent and not answered yet. */
 	uint64_t reclaim_asked, reclaim_ms;
-	uint64_t reclaim_got;	/* returned since it was asked */
+	uint64_t reclaim_got;	/* returned since it was first asked */
 	uint64_t dry_ms;	/* it last gave nothing when asked: not again soon */
 	/* A LEASE request waiting for other clients to give pages back. */
 	bool parked;

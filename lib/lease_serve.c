@@ -125,9 +125,11 @@ static void serve_reclaim(struct sb_pool *pool, uint64_t bytes)
 		pthread_mutex_lock(&pool->lock);
 		sbi_ready_trim(pool, false, true);
 		pthread_mutex_unlock(&pool->lock);
-		got += sbi_lease_give_back(pool, 0, false);
 	}
-	/* The answer, even when nothing could go. */
+	/* The answer, even when nothing could go, with what the eviction
+	 * freed: in a RETURN of their own before it, those pages left an
+	 * answer of nothing, which a daemon that had asked again meanwhile
+	 * took for "has nothing" (daemon/server.c, sbd_send_reclaim). */
 	sbi_lease_give_back(pool, 0, true);
 }
 
