@@ -649,19 +649,29 @@ void sbi_test_pagemap_fail(unsigned count)
 	sbi_test_arm(&pagemap_fault, ENOENT, count);
 }
 
+/* Pagemap's bits for a 4 KiB entry. */
+#define PM_PRESENT (1ull << 63)
+#define PM_SWAP (1ull << 62)
+#define PM_FILE (1ull << 61)
+
 /*
  * Drop the private copies that writes made in [addr, addr+len) between the
  * mapping and its protection: such a write is ordered before the share,
- * whose result replaces it. /proc/self/pagemap tells them apart: present,
- * and not a file's page (bit 61). Nothing else writes there meanwhile: a
- * write after the protection faults to a handler, which waits for the
- * buffer's lock, held here. 0, or -errno when pagemap cannot be read.
+ * whose result replaces it. /proc/self/pagemap tells them apart: not a
+ * file's page (bit 61), present or swapped out (or being migrated). The
+ * buffer page that holds one goes whole (a huge page's mapping cannot drop
+ * 4 KiB of it) and is read in again, so that no write-protect marker is
+ * left where a page was (a stale minor fault's CONTINUE would map the
+ * file's page there without the protection). Nothing else writes there
+ * meanwhile: a write after the protection faults to a handler, which waits
+ * for the buffer's lock, held here. 0, or -errno when pagemap cannot be
+ * read or a page not dropped (the caller then drops the whole range).
  */
-static int drop_copies(char *addr, size_t len)
+static int drop_copies(char *addr, size_t len, size_t page_size)
 {
 	enum { N = 512 };
 	uint64_t e[N];
-	uintptr_t a = (uintptr_t)addr, end = a + len;
+	uintptr_t a = (uintptr_t)addr, end = a + len, dropped = 0;
 	int fd, r = sbi_test_failure(&pagemap_fault);
 
 	if (r < 0)
@@ -678,10 +688,20 @@ static int drop_copies(char *addr, size_t len)
 			r = got < 0 ? -errno : -EIO;
 			break;
 		}
-		for (size_t i = 0; i < n; i++)
-			if ((e[i] >> 63 & 1) && !(e[i] >> 61 & 1))
-				madvise((void *)(a + i * 4096), 4096,
-					MADV_DONTNEED);
+		for (size_t i = 0; i < n && r == 0; i++) {
+			uintptr_t pg = (a + i * 4096) &
+				       ~(uintptr_t)(page_size - 1);
+
+			if (!(e[i] & (PM_PRESENT | PM_SWAP)) ||
+			    (e[i] & PM_FILE) || (dropped && pg == dropped))
+				continue;
+			if (madvise((void *)pg, page_size, MADV_DONTNEED) < 0)
+				r = -errno;
+			else
+				madvise((void *)pg, page_size,
+					MADV_POPULATE_READ);
+			dropped = pg;
+		}
 		a += n * 4096;
 	}
 	close(fd);
@@ -713,9 +733,10 @@ int sbi_vma_share_finish(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 	r = sbi_vma_protect(buf, idx, n, uffd);
 	if (r < 0)
 		return r;
-	if (drop_copies(addr, len) < 0) {
-		/* No pagemap: every entry goes (those of a racing write's
-		 * copies with them), and is filled again. The zapped
+	if (drop_copies(addr, len, buf->pool->page_size) < 0) {
+		/* No pagemap (or a page it named that would not go): every
+		 * entry goes (those of a racing write's copies with them),
+		 * and is filled again. The zapped
 		 * entries keep their write-protect markers, so the next
 		 * write faults to the handler. */
 		madvise(addr, len, MADV_DONTNEED);

@@ -4,7 +4,8 @@
  *   basic   placement by sb_buf_map and by touch, release; each placed page
  *           is one huge page (KernelPageSize in smaps, HugetlbPages), and
  *           the huge pages go back to the system after a trim
- *   share   copy-on-write between two buffers, both ways
+ *   share   copy-on-write between two buffers, both ways; writes racing
+ *           shares into a buffer
  *   evict   an evictable buffer's pages to disk and back, with checksums
  *           (both pagers, with and without recycling); sb_buf_save with
  *           pages on disk, and sb_buf_restore
@@ -24,6 +25,9 @@
  * Needs huge pages reserved (vm.nr_hugepages; tests/run.sh reserves them
  * for the run when it can): skips saying so otherwise. */
 #include "harness.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -204,6 +208,68 @@ static int share(void)
 	sb_buf_destroy(b);
 	sb_pool_destroy(p);
 	printf("share: 4 huge pages shared, each side's write copied one\n");
+	return 0;
+}
+
+/* Writes into dst racing shares of huge pages into it (test_share's
+ * writes_racing_share): a private copy the kernel made between the share's
+ * mapping and its protection goes whole, a huge page at a time (a 4 KiB
+ * MADV_DONTNEED of a huge page's mapping drops nothing). */
+struct racer {
+	char *base;
+	size_t len;
+	atomic_bool stop;
+};
+
+static void *race_writes(void *arg)
+{
+	struct racer *r = arg;
+	char v = 1;
+
+	while (!atomic_load(&r->stop)) {
+		for (size_t o = 0; o < r->len; o += 4096)
+			r->base[o + 7] = v;
+		v = (char)(v % 120 + 1);
+	}
+	return NULL;
+}
+
+static int share_race(void)
+{
+	enum { N = 4, ROUNDS = 30 };
+	struct sb_pool *p = huge_pool(0, NULL);
+	struct sb_buf *a = make_buf(p, 8 * HUGE, 0);
+	struct sb_buf *b = make_buf(p, 8 * HUGE, 0);
+	struct sb_buf *c = make_buf(p, 8 * HUGE, 0);
+	char *x = sb_buf_addr(a), *y = sb_buf_addr(b), *z = sb_buf_addr(c);
+	int bad = 0;
+
+	require_cow();
+	CHECK_EQ(sb_buf_map(a, 0, N * HUGE), N);
+	CHECK_EQ(sb_buf_map(b, 0, N * HUGE), N);
+	for (int round = 0; round < ROUNDS; round++) {
+		struct racer r = {y, N * HUGE, false};
+		pthread_t th;
+
+		memset(x, 'a' + round % 26, N * HUGE);
+		pthread_create(&th, NULL, race_writes, &r);
+		CHECK_EQ(sb_buf_share(b, 0, a, 0, N * HUGE), N);
+		atomic_store(&r.stop, true);
+		pthread_join(th, NULL);
+		for (size_t o = 0; o < N * HUGE; o += 4096)
+			CHECK_EQ(y[o], 'a' + round % 26);
+		/* What b shows is what its pages hold. */
+		CHECK_EQ(sb_buf_share(c, 0, b, 0, N * HUGE), N);
+		bad += memcmp(y, z, N * HUGE) != 0;
+	}
+	CHECK_EQ(bad, 0);
+	VERIFY(p);
+	sb_buf_destroy(a);
+	sb_buf_destroy(b);
+	sb_buf_destroy(c);
+	sb_pool_destroy(p);
+	printf("share_race: writes racing %d shares of huge pages: dst held "
+	       "what it showed\n", ROUNDS);
 	return 0;
 }
 
@@ -642,6 +708,8 @@ static int child(const char *name)
 		return basic();
 	if (!strcmp(name, "share"))
 		return share();
+	if (!strcmp(name, "share_race"))
+		return share_race();
 	if (!strcmp(name, "evict"))
 		return evict();
 	if (!strcmp(name, "file"))
@@ -694,6 +762,7 @@ static int main_test(void)
 	CHECK_EQ(child_exit_code(run_child("config")), 0);
 	CHECK_EQ(child_exit_code(run_child("basic")), 0);
 	CHECK_EQ(child_exit_code(run_child("share")), 0);
+	CHECK_EQ(child_exit_code(run_child("share_race")), 0);
 	CHECK_EQ(child_exit_code(run_child("empty")), 0);
 	CHECK_EQ(child_exit_code(run_child("empty_touch")), EXIT_GOT_SIGBUS);
 	printf("empty: a touch with no huge page free raised SIGBUS\n");
