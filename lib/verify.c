@@ -183,7 +183,8 @@ int sbi_pool_verify(struct sb_pool *pool, char *why, size_t len)
 }
 
 /* For tests: pages held in state EVICTED (reserved for the buffer pages
- * that still map them; 0 when eviction recycles). */
+ * that still map them, and a live home heap's pages no buffer page names;
+ * 0 when eviction recycles and no file buffer has home heaps). */
 size_t sbi_test_evicted_pages(struct sb_pool *pool);
 size_t sbi_test_evicted_pages(struct sb_pool *pool)
 {
