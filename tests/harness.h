@@ -135,6 +135,28 @@ static inline struct sb_buf *make_buf(struct sb_pool *p, size_t len,
 	return b;
 }
 
+/* A thread writing byte 7 of every 4 KiB of [base, base+len), a new value
+ * each pass, until stop: writes racing a share into that range
+ * (test_share, test_hugetlb). Byte 7 is one the tests' fill checks skip. */
+struct racing_writer {
+	char *base;
+	size_t len;
+	atomic_bool stop;
+};
+
+static inline void *racing_writes(void *arg)
+{
+	struct racing_writer *r = arg;
+	char v = 1;
+
+	while (!atomic_load(&r->stop)) {
+		for (size_t o = 0; o < r->len; o += 4096)
+			r->base[o + 7] = v;
+		v = (char)(v % 120 + 1);
+	}
+	return NULL;
+}
+
 static inline struct sb_stats stats(struct sb_pool *p)
 {
 	struct sb_stats st;

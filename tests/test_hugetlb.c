@@ -26,8 +26,6 @@
  * for the run when it can): skips saying so otherwise. */
 #include "harness.h"
 
-#include <pthread.h>
-#include <stdatomic.h>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -215,25 +213,6 @@ static int share(void)
  * writes_racing_share): a private copy the kernel made between the share's
  * mapping and its protection goes whole, a huge page at a time (a 4 KiB
  * MADV_DONTNEED of a huge page's mapping drops nothing). */
-struct racer {
-	char *base;
-	size_t len;
-	atomic_bool stop;
-};
-
-static void *race_writes(void *arg)
-{
-	struct racer *r = arg;
-	char v = 1;
-
-	while (!atomic_load(&r->stop)) {
-		for (size_t o = 0; o < r->len; o += 4096)
-			r->base[o + 7] = v;
-		v = (char)(v % 120 + 1);
-	}
-	return NULL;
-}
-
 static int share_race(void)
 {
 	enum { N = 4, ROUNDS = 30 };
@@ -248,11 +227,11 @@ static int share_race(void)
 	CHECK_EQ(sb_buf_map(a, 0, N * HUGE), N);
 	CHECK_EQ(sb_buf_map(b, 0, N * HUGE), N);
 	for (int round = 0; round < ROUNDS; round++) {
-		struct racer r = {y, N * HUGE, false};
+		struct racing_writer r = {y, N * HUGE, false};
 		pthread_t th;
 
 		memset(x, 'a' + round % 26, N * HUGE);
-		pthread_create(&th, NULL, race_writes, &r);
+		pthread_create(&th, NULL, racing_writes, &r);
 		CHECK_EQ(sb_buf_share(b, 0, a, 0, N * HUGE), N);
 		atomic_store(&r.stop, true);
 		pthread_join(th, NULL);

@@ -7,7 +7,6 @@
 #include "harness.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 
 #define PAGE (256 * KiB)
 
@@ -271,25 +270,6 @@ static void concurrent_writers(void)
  * the share (vma.c, drop_copies): dst would show a byte that its pages do
  * not hold, and a share from dst would not show it.
  */
-struct racer {
-	char *base;
-	size_t len;
-	atomic_bool stop;
-};
-
-static void *race_writes(void *arg)
-{
-	struct racer *r = arg;
-	char v = 1;
-
-	while (!atomic_load(&r->stop)) {
-		for (size_t o = 0; o < r->len; o += 4096)
-			r->base[o + 7] = v; /* a byte check_fill skips */
-		v = (char)(v % 120 + 1);
-	}
-	return NULL;
-}
-
 void sbi_test_pagemap_fail(unsigned count);
 
 /* pagemap_fails: drop_copies cannot read pagemap (its fallback). */
@@ -307,12 +287,12 @@ static void writes_racing_share(bool pagemap_fails)
 	CHECK_EQ(sb_buf_map(b, 0, N * PAGE), N);
 	fill(xb, N * PAGE, 99);
 	for (int round = 0; round < ROUNDS; round++) {
-		struct racer r = {xb, N * PAGE, false};
+		struct racing_writer r = {xb, N * PAGE, false};
 		pthread_t th;
 
 		fill(sb_buf_addr(a), N * PAGE, round);
 		sbi_test_pagemap_fail(pagemap_fails ? 1000 : 0);
-		pthread_create(&th, NULL, race_writes, &r);
+		pthread_create(&th, NULL, racing_writes, &r);
 		CHECK_EQ(sb_buf_share(b, 0, a, 0, N * PAGE), N);
 		atomic_store(&r.stop, true);
 		pthread_join(th, NULL);
