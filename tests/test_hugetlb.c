@@ -26,7 +26,6 @@
  * for the run when it can): skips saying so otherwise. */
 #include "harness.h"
 
-
 #include <fcntl.h>
 #include <signal.h>
 #include <stddef.h>
