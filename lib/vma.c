@@ -736,9 +736,9 @@ int sbi_vma_share_finish(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 	if (drop_copies(addr, len, buf->pool->page_size) < 0) {
 		/* No pagemap (or a page it named that would not go): every
 		 * entry goes (those of a racing write's copies with them),
-		 * and is filled again. The zapped
-		 * entries keep their write-protect markers, so the next
-		 * write faults to the handler. */
+		 * and is filled again. The zapped entries keep their
+		 * write-protect markers, so the next write faults to the
+		 * handler. */
 		madvise(addr, len, MADV_DONTNEED);
 		madvise(addr, len, MADV_POPULATE_READ);
 	}
