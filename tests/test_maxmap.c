@@ -310,13 +310,15 @@ static void release_over_limit(void)
 	sb_pool_destroy(p);
 }
 
-#ifdef __SANITIZE_THREAD__
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 static void release_racing_app(void)
 {
-	/* An application's mmap that finds room at the limit makes TSan map
-	 * the shadow of the new memory, refused there ("ThreadSanitizer
-	 * failed to allocate", fatal: once in CI). */
-	printf("releases racing an application's mmaps: not under TSan\n");
+	/* An application's mmap that finds room at the limit makes the
+	 * sanitizer map memory of its own, refused there and fatal:
+	 * "ThreadSanitizer failed to allocate" and ASan's "ERROR: Failed to
+	 * mmap", once each in CI. */
+	printf("releases racing an application's mmaps: not under the "
+	       "sanitizers\n");
 }
 #else
 /* An application thread's own mappings, made and checked while the
