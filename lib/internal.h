@@ -573,6 +573,9 @@ struct sb_pool {
 	 * unbacked page may have memory already (sbi_heap_back). */
 	bool big_folios;
 	size_t ready_floor;	/* sb_pool_reserve: target never below */
+	/* No heap added for the floor before this (ready.c, floor_page): a
+	 * heap that could not be created is not retried at every poll. */
+	uint64_t floor_heap_ms;
 	size_t misses;		/* sync prepares since the last tick */
 	/* Page-ins (SBI_ALLOC_OVERWRITE) since the last tick, and the freed
 	 * pages the ready thread keeps for them rather than punch (ready.c:

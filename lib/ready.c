@@ -16,6 +16,8 @@
  *   2. when a run was started or a heap is nearly full, make ready the
  *      first page of the site where the next run will start (adding a heap
  *      ahead if none has room), so the next new run does not wait either;
+ *      below a floor a client asked for (sb_pool_reserve), any free hole,
+ *      even before the first allocation;
  *   3. punch free backed pages beyond the reserve target, up to 64 at a
  *      time (memory goes back to the system promptly after an unmap),
  *      except freed pages kept for page-ins: as many as page-ins took in
@@ -136,6 +138,51 @@ static enum work want_work(struct sb_pool *pool, bool may_back,
 }
 
 /*
+ * A page without memory to make ready for the floor a client asked for
+ * (sb_pool_reserve): the first free hole no run holds, in a new heap if
+ * there is none. Runs start on ready pages (pool.c, ready_site), so a
+ * floor set before the first allocation is where the first runs grow; the
+ * other ways into the reserve follow allocations (the pages runs want
+ * next, the next run's site) and an idle pool had none. pool->lock held.
+ */
+static bool floor_page(struct sb_pool *pool, struct sbi_heap **hp,
+		       uint32_t *ip)
+{
+	SBI_HELD(&pool->lock);
+	uint64_t now;
+	int err;
+
+	for (uint32_t s = 0; s < pool->heap_hi; s++) {
+		struct sbi_heap *h = pool->heaps[s];
+		const uint8_t *p, *end;
+
+		if (!h)
+			continue;
+		end = h->state + h->npages;
+		for (p = h->state; (p = memchr(p, SBI_PG_UNBACKED,
+					       (size_t)(end - p)));
+		     p++) {
+			uint32_t i = (uint32_t)(p - h->state);
+
+			if (!h->owner[i]) {
+				*hp = h, *ip = i;
+				return true;
+			}
+		}
+	}
+	now = sbi_mono_ms();
+	if (now < pool->floor_heap_ms)
+		return false;
+	*hp = sbi_pool_add_heap(pool, &err);
+	if (!*hp) {
+		pool->floor_heap_ms = now + 1000;
+		return false;
+	}
+	*ip = 0;
+	return true;
+}
+
+/*
  * Choose the next piece of work and mark its pages BUSY; pool->lock held.
  * Latency first: pages that a growing buffer will need next; then memory
  * back to the system; then the reserve.
@@ -196,6 +243,9 @@ static enum work pick_work(struct sb_pool *pool, bool may_back,
 		}
 		w = want_work(pool, may_back, *hp, *ip);
 	}
+	if (w == W_NONE && pool->ready < pool->ready_floor && may_back &&
+	    pool->resident < pool->max_pages && floor_page(pool, hp, ip))
+		w = W_BACK;
 	/* Freed pages that page-ins will take as they are (pool.c) are
 	 * neither punched nor zeroed. */
 	excess_dirty = pool->dirty > pool->dirty_keep
@@ -277,9 +327,12 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready)
 		 * is the spare kept. Ready pages go with their heap, as
 		 * before: at most the reserve's cap, and a client of
 		 * sparsebufd that kept them would hold its lease from the
-		 * machine's budget. */
+		 * machine's budget. A heap whose ready pages the floor
+		 * needs (sb_pool_reserve) stays too, or it would be refilled
+		 * at once. */
 		if (!all_ready &&
-		    (size_t)h->ndirty << pool->page_shift > ((size_t)4 << 20)) {
+		    ((size_t)h->ndirty << pool->page_shift > ((size_t)4 << 20) ||
+		     (h->nready && pool->ready - h->nready < pool->ready_floor))) {
 			kept = true;
 			continue;
 		}

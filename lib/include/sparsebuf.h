@@ -178,7 +178,8 @@ long sb_pool_trim(struct sb_pool *pool);
 /* Keep at least this much more (delta_bytes > 0) or less (< 0) memory in
  * zeroed pages ready for growth: a floor under the pool's adaptive reserve,
  * for a client that knows its bursts (a KV cache whose every region crosses
- * a page boundary at the same position). Ready pages count in
+ * a page boundary at the same position). The pool's thread fills it in
+ * the background, before the first allocation too. Ready pages count in
  * bytes_resident and against the budget. Returns the floor in bytes.
  * Errors: -EINVAL, -ECHILD, -ERANGE (the floor would not fit a long; it is
  * left as it was). */
