@@ -468,6 +468,7 @@ SB_API long sb_pool_trim(struct sb_pool *pool)
 
 SB_API long sb_pool_reserve(struct sb_pool *pool, long delta_bytes)
 {
+	size_t short_pages, spare;
 	long pages;
 	int r;
 
@@ -493,7 +494,19 @@ SB_API long sb_pool_reserve(struct sb_pool *pool, long delta_bytes)
 		pool->ready_target = pool->ready_floor;
 	pthread_cond_signal(&pool->ready_cond);
 	pages = (long)pool->ready_floor;
+	/* A client of sparsebufd: the lease must cover the floor, and only
+	 * allocations ask for more of it (alloc.c); the ready thread never
+	 * waits for the daemon. Asked here, once; refused, the floor waits
+	 * for lease like any growth. */
+	short_pages = pool->ready_floor > pool->ready ? pool->ready_floor -
+							       pool->ready
+						     : 0;
+	spare = pool->max_pages > pool->resident
+			? pool->max_pages - pool->resident
+			: 0;
 	pthread_mutex_unlock(&pool->lock);
+	if (pool->client && short_pages > spare)
+		sbi_lease_more(pool, short_pages - spare, true);
 	return pages * (long)pool->page_size;
 }
 
