@@ -119,7 +119,7 @@ case " $(echo $tests) " in
 esac
 # The longest first (under the sanitizers too), so that the last test
 # to end is not one that started last; the one that runs alone before.
-first="test_inject test_stress test_daemon test_flash test_chaos test_cli test_evict_busy"
+first="test_inject test_stress test_daemon test_flash test_hugetlb test_share test_chaos test_cli test_leaks test_evict_busy"
 if [ "$jobs" -gt 1 ]; then
 	order=""
 	for t in $first; do
