@@ -159,7 +159,7 @@ static size_t low_mark(struct sb_pool *pool)
 static void maintain(struct sb_pool *pool, uint64_t now)
 {
 	struct sbi_lease *l = pool->lease;
-	size_t have, resident, used, slack, chunk;
+	size_t have, resident, used, slack, chunk, floor_due;
 	uint64_t granted;
 	bool active;
 	int r;
@@ -172,6 +172,13 @@ static void maintain(struct sb_pool *pool, uint64_t now)
 	have = pool->max_pages;
 	resident = pool->resident;
 	used = pool->used;
+	/* The part of sb_pool_reserve's floor the ready thread has yet to
+	 * fill: lease it asked for, spoken for though not yet resident. Not
+	 * counted, the first look after a large floor (idle, nothing backed
+	 * yet) gave all but 16 MiB of it back. */
+	floor_due = pool->ready_floor > pool->ready
+			    ? pool->ready_floor - pool->ready
+			    : 0;
 	pthread_mutex_unlock(&pool->lock);
 	/* Growing: more pages in use than at the last look. (Not any
 	 * allocation: pages read back after a reclaim are not growth, and
@@ -185,7 +192,7 @@ static void maintain(struct sb_pool *pool, uint64_t now)
 	if (active && used - l->seen_used > l->rate)
 		l->rate = used - l->seen_used;
 	l->seen_used = used;
-	slack = have > resident ? have - resident : 0;
+	slack = have > resident + floor_due ? have - resident - floor_due : 0;
 	if (active && slack < low_mark(pool) && have < pool->ceiling_pages &&
 	    now >= l->refused_until_ms) {
 		/* 16 MiB, or 6 looks' growth (at most 1/16 of the
@@ -216,9 +223,10 @@ static void maintain(struct sb_pool *pool, uint64_t now)
 	if (active)
 		l->idle_since_ms = now;
 	if (slack > sbi_lease_high(pool) + 6 * l->rate)
-		sbi_lease_give_back(pool, sbi_lease_chunk(pool), false);
+		sbi_lease_give_back(pool, sbi_lease_chunk(pool) + floor_due,
+				    false);
 	else if (slack && now - l->idle_since_ms > IDLE_MS)
-		sbi_lease_give_back(pool, 0, false);
+		sbi_lease_give_back(pool, floor_due, false);
 }
 
 static void *lease_thread(void *arg)
