@@ -490,8 +490,13 @@ SB_API long sb_pool_reserve(struct sb_pool *pool, long delta_bytes)
 	} else {
 		pool->ready_floor = (size_t)((long)pool->ready_floor + pages);
 	}
+	/* The target follows the floor both ways (internal.h: it stays
+	 * within sbi_ready_cap); lowered, it would otherwise decay an
+	 * eighth a quiet second and hold the old floor's pages for long. */
 	if (pool->ready_target < pool->ready_floor)
 		pool->ready_target = pool->ready_floor;
+	else if (pool->ready_target > sbi_ready_cap(pool))
+		pool->ready_target = sbi_ready_cap(pool);
 	pthread_cond_signal(&pool->ready_cond);
 	pages = (long)pool->ready_floor;
 	/* A client of sparsebufd: the lease must cover the floor, and only

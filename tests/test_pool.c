@@ -131,6 +131,13 @@ static void reserve_idle(void)
 	CHECK(stats(p).pages_ready >= 96 * MiB / PAGE);
 	usleep(350 * 1000);
 	CHECK(stats(p).pages_ready >= 96 * MiB / PAGE);
+	/* Lowered to 0: back to the adaptive reserve (at most 12 MiB, and
+	 * the heap that holds it) within a few ticks, not an eighth a
+	 * second from the old floor. */
+	CHECK_EQ(sb_pool_reserve(p, -96 * (long)MiB), 0);
+	WAIT_FOR(stats(p).pages_ready <= 12 * MiB / PAGE, 3.0);
+	CHECK(stats(p).pages_ready <= 12 * MiB / PAGE);
+	CHECK(stats(p).bytes_resident <= 64 * MiB);
 	VERIFY(p);
 	sb_pool_destroy(p);
 }
