@@ -44,8 +44,9 @@
  * process (this thread was preempted while none of the process's other
  * threads that may run on its CPU ran: their schedstat), this thread's
  * involuntary context switches (when it then waited for a CPU half the
- * step or more: /proc/self/task/TID/schedstat), its voluntary ones, the pool's pages prepared
- * by the caller, the pool's faults, else none seen. The worst and p99.9
+ * step or more: /proc/self/task/TID/schedstat), its voluntary ones, the
+ * pool's pages prepared by the caller, the pool's faults, else none
+ * seen. The worst and p99.9
  * targets judge the steps not taken by the machine (the first three); the
  * figures over all steps are printed beside them, with how many steps the
  * machine took. Memory at 1k, 4k, 16k and 32k tokens: the strategy's own accounting
