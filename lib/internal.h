@@ -576,6 +576,11 @@ struct sb_pool {
 	/* No heap added for the floor before this (ready.c, floor_page): a
 	 * heap that could not be created is not retried at every poll. */
 	uint64_t floor_heap_ms;
+	/* Where floor_page looks first: the last hole it took. Only a
+	 * starting point (the search wraps round), so that filling a floor
+	 * is not a scan of every full heap before it for each page (a 4 GiB
+	 * floor of 4 KiB pages took 26 s when each search began at 0). */
+	sbi_pid floor_cursor;
 	size_t misses;		/* sync prepares since the last tick */
 	/* Page-ins (SBI_ALLOC_OVERWRITE) since the last tick, and the freed
 	 * pages the ready thread keeps for them rather than punch (ready.c:

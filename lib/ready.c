@@ -137,6 +137,30 @@ static enum work want_work(struct sb_pool *pool, bool may_back,
 	return W_NONE;
 }
 
+/* The first free hole no run holds among pages [lo, top) of h. */
+static bool floor_hole(const struct sbi_heap *h, uint32_t lo, uint32_t top,
+		       uint32_t *ip)
+{
+	const uint8_t *p, *end;
+
+	if (top > h->npages)
+		top = h->npages;
+	if (lo >= top)
+		return false;
+	p = h->state + lo;
+	end = h->state + top;
+	for (; p < end && (p = memchr(p, SBI_PG_UNBACKED, (size_t)(end - p)));
+	     p++) {
+		uint32_t i = (uint32_t)(p - h->state);
+
+		if (!h->owner[i]) {
+			*ip = i;
+			return true;
+		}
+	}
+	return false;
+}
+
 /*
  * A page without memory to make ready for the floor a client asked for
  * (sb_pool_reserve): the first free hole no run holds, in a new heap if
@@ -149,25 +173,26 @@ static bool floor_page(struct sb_pool *pool, struct sbi_heap **hp,
 		       uint32_t *ip)
 {
 	SBI_HELD(&pool->lock);
+	uint32_t hi = pool->heap_hi;
+	uint32_t first = pool->floor_cursor / pool->pages_per_heap;
+	uint32_t at = sbi_pid_index(pool, pool->floor_cursor);
 	uint64_t now;
 	int err;
 
-	for (uint32_t s = 0; s < pool->heap_hi; s++) {
+	if (first >= hi)
+		first = at = 0;
+	/* From the cursor on, round through the other heaps, and the part
+	 * of the cursor's heap before it last (a page there may have lost
+	 * its memory since). */
+	for (uint32_t k = 0; hi && k <= hi; k++) {
+		uint32_t s = (first + k) % hi;
 		struct sbi_heap *h = pool->heaps[s];
-		const uint8_t *p, *end;
 
-		if (!h)
-			continue;
-		end = h->state + h->npages;
-		for (p = h->state; (p = memchr(p, SBI_PG_UNBACKED,
-					       (size_t)(end - p)));
-		     p++) {
-			uint32_t i = (uint32_t)(p - h->state);
-
-			if (!h->owner[i]) {
-				*hp = h, *ip = i;
-				return true;
-			}
+		if (h && floor_hole(h, k ? 0 : at,
+				    k == hi ? at : h->npages, ip)) {
+			*hp = h;
+			pool->floor_cursor = s * pool->pages_per_heap + *ip;
+			return true;
 		}
 	}
 	now = sbi_mono_ms();
@@ -178,6 +203,7 @@ static bool floor_page(struct sb_pool *pool, struct sbi_heap **hp,
 		pool->floor_heap_ms = now + 1000;
 		return false;
 	}
+	pool->floor_cursor = (*hp)->slot * pool->pages_per_heap;
 	*ip = 0;
 	return true;
 }
