@@ -697,7 +697,8 @@ static void install_enter(struct sb_buf *dst, size_t d0, size_t b0,
 
 /* Protect the shares mapped over snap[b0, b1) together and enter them.
  * One that cannot be protected must not show: the range goes back to
- * unplaced pages, and its references with it. */
+ * unplaced pages (or, failing that, becomes inaccessible), and its
+ * references with it. */
 static int install_finish(struct sb_buf *dst, size_t d0, size_t b0,
 			  size_t b1, sbi_ptref *snap, size_t *released)
 {
@@ -707,11 +708,20 @@ static int install_finish(struct sb_buf *dst, size_t d0, size_t b0,
 	if (b0 == b1)
 		return 0;
 	r = sbi_vma_share_finish(dst, d0 + b0, b1 - b0, pool->uffd);
-	if (r < 0) {
-		sbi_vma_unplace(dst, d0 + b0, b1 - b0);
+	/* The references go only once the range no longer shows the pages:
+	 * a page given back is another buffer's next, and a mapping left
+	 * on it would read that one's data. Failing both ways (at
+	 * vm.max_map_count, say), the buffer keeps them, unprotected: its
+	 * own writes are then private copies the library does not see
+	 * (lost if the page goes to disk), never another's data. */
+	if (r < 0 && (sbi_vma_unplace(dst, d0 + b0, b1 - b0) == 0 ||
+		      sbi_vma_inaccessible(dst, d0 + b0, b1 - b0) == 0)) {
 		sbi_pool_put(pool, snap + b0, b1 - b0);
 		for (size_t t = b0; t < b1; t++)
 			snap[t] = SBI_NOPAGE;
+	} else if (r < 0) {
+		sbi_err("a share could neither be protected nor undone: its "
+			"%zu pages stay, unprotected", b1 - b0);
 	}
 	install_enter(dst, d0, b0, b1, snap, released);
 	return r;

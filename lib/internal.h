@@ -1322,6 +1322,9 @@ int sbi_vma_map_home(struct sb_buf *buf, size_t idx, size_t n,
 		     const struct sbi_heap *h);
 /* Put registered anonymous memory back over [idx, idx+n). */
 int sbi_vma_unplace(struct sb_buf *buf, size_t idx, size_t n);
+/* Make [idx, idx+n) inaccessible (PROT_NONE): the last resort when what is
+ * mapped there may not stay visible and cannot be unplaced. 0 or -errno. */
+int sbi_vma_inaccessible(struct sb_buf *buf, size_t idx, size_t n);
 /* The same, registered with the given uffd (eviction of a strict
  * buffer's page: its touch must reach the handler, which reads it in). */
 int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd);

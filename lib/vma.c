@@ -396,6 +396,23 @@ static int anon_over_filled(struct sb_buf *buf, size_t idx, size_t n)
 	return e;
 }
 
+/* Test hooks: the next count protections of shares (sbi_vma_share_finish),
+ * or releases of pages (sbi_vma_unplace), fail with -err before they
+ * change anything. */
+static struct sbi_test_fault share_fault, unplace_fault;
+
+void sbi_test_share_fail(int err, unsigned count);
+void sbi_test_share_fail(int err, unsigned count)
+{
+	sbi_test_arm(&share_fault, err, count);
+}
+
+void sbi_test_unplace_fail(int err, unsigned count);
+void sbi_test_unplace_fail(int err, unsigned count)
+{
+	sbi_test_arm(&unplace_fault, err, count);
+}
+
 int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 {
 	SBI_HELD(&buf->lock);
@@ -406,8 +423,10 @@ int sbi_vma_unplace_uffd(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 	 * a poisoned one) raises SIGBUS, never reads zeros: inaccessible
 	 * (SIGSEGV) until registered. */
 	bool sigbus = uffd == buf->pool->uffd_sigbus;
-	int r, filled = 0;
+	int r = sbi_test_failure(&unplace_fault), filled = 0;
 
+	if (r < 0)
+		return r;
 	home_lose(buf, idx, n);
 	/* Pages of a file buffer with home mappings that lost their home
 	 * (home.c): a touch racing the release reads their bytes, as it
@@ -708,13 +727,24 @@ static int drop_copies(char *addr, size_t len, size_t page_size)
 	return r;
 }
 
+int sbi_vma_inaccessible(struct sb_buf *buf, size_t idx, size_t n)
+{
+	SBI_HELD(&buf->lock);
+	return mprotect(page_addr(buf, idx), pages_len(buf, n), PROT_NONE) < 0
+		       ? -errno
+		       : 0;
+}
+
 int sbi_vma_share_finish(struct sb_buf *buf, size_t idx, size_t n, int uffd)
 {
 	SBI_HELD(&buf->lock);
 	SBI_HELD(&buf->pool->layout);
 	char *addr = page_addr(buf, idx);
 	size_t len = pages_len(buf, n);
-	int r;
+	int r = sbi_test_failure(&share_fault);
+
+	if (r < 0)
+		return r;
 
 	/*
 	 * Reads first, while no uffd is registered there: a read fault then

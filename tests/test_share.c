@@ -315,6 +315,60 @@ static void writes_racing_share(bool pagemap_fails)
 	       ROUNDS, pagemap_fails ? " (no pagemap)" : "");
 }
 
+/*
+ * A share whose protection fails must not leave dst showing pages it gave
+ * back: the pool hands them to the next buffer, and dst would read that
+ * one's data. The range is unplaced; where that fails too (at
+ * vm.max_map_count), it is made inaccessible (lib/buf.c, install_finish).
+ */
+void sbi_test_share_fail(int err, unsigned count);
+void sbi_test_unplace_fail(int err, unsigned count);
+
+static void share_unprotected(void)
+{
+	enum { N = 8 };
+	struct sb_pool *p = make_pool(PAGE, 64 * MiB, 0);
+	struct sb_buf *a = make_buf(p, 64 * MiB, 0);
+	struct sb_buf *b = make_buf(p, 64 * MiB, 0);
+	struct sb_buf *c = make_buf(p, 64 * MiB, 0);
+	char *xb = sb_buf_addr(b);
+	struct signalled_touches t;
+
+	CHECK_EQ(sb_buf_map(a, 0, N * PAGE), N);
+	fill(sb_buf_addr(a), N * PAGE, 7);
+	/* Unplaced: dst's range is holes again, which read as zeros. */
+	sbi_test_share_fail(ENOMEM, 1);
+	CHECK_EQ(sb_buf_share(b, 0, a, 0, N * PAGE), -ENOMEM);
+	CHECK_EQ(stats(p).pages_used, N);
+	CHECK_EQ(xb[0], 0);
+	CHECK_EQ(xb[(N - 1) * PAGE + 512], 0);
+	CHECK_EQ(sb_buf_unmap(b, 0, N * PAGE), 2);
+	/* Not even that: inaccessible, the references given back all the
+	 * same, and a's pages, freed and taken by c, never read through b. */
+	sbi_test_share_fail(ENOMEM, 1);
+	sbi_test_unplace_fail(ENOMEM, 1);
+	CHECK_EQ(sb_buf_share(b, 0, a, 0, N * PAGE), -ENOMEM);
+	sbi_test_unplace_fail(0, 0);
+	CHECK_EQ(stats(p).pages_used, N);
+	sb_buf_destroy(a);
+	CHECK_EQ(sb_buf_map(c, 0, N * PAGE), N);
+	fill(sb_buf_addr(c), N * PAGE, 11);
+	t = touch_signalled(xb, PAGE, N, false);
+	CHECK_EQ(t.went_through, 0);
+	CHECK_EQ(t.sigsegv, N);
+	/* The range is usable again once placed anew. */
+	CHECK_EQ(sb_buf_map(b, 0, N * PAGE), N);
+	CHECK_EQ(xb[0], 0);
+	CHECK_EQ(xb[(N - 1) * PAGE + 512], 0);
+	VERIFY(p);
+	sb_buf_destroy(b);
+	sb_buf_destroy(c);
+	CHECK_EQ(stats(p).pages_used, 0);
+	sb_pool_destroy(p);
+	printf("a share that could not be protected: unplaced, or "
+	       "inaccessible, never another buffer's data\n");
+}
+
 static int main_test(void)
 {
 	require_cow();
@@ -324,6 +378,7 @@ static int main_test(void)
 	concurrent_writers();
 	writes_racing_share(false);
 	writes_racing_share(true);
+	share_unprotected();
 	CHECK_EQ(child_exit_code(run_child("cow-budget")), EXIT_GOT_SIGBUS);
 	CHECK_EQ(child_exit_code(run_child("cow-budget-signals")), 0);
 	printf("sharing: ok\n");
