@@ -75,6 +75,7 @@ struct sbi_dclient {
 	/* Heap files fetched ahead (sbi_dclient_stash_heaps): a pool makes
 	 * a heap under its lock, where no round trip may happen. */
 	int stash[STASH_MAX];
+	uint64_t stash_retry_ms;	/* lease thread only */
 	uint64_t stash_bytes;
 	int nstash;
 };
@@ -301,6 +302,7 @@ static void *reader(void *arg)
 	for (;;) {
 		struct pollfd p[2] = {{c->quit_fd, POLLIN, 0}, {-1, POLLIN, 0}};
 		struct sbd_msg m;
+		bool lost_fd;
 		int fd, r;
 		long n;
 
@@ -344,8 +346,19 @@ static void *reader(void *arg)
 					       SBD_MAX_PAYLOAD, &fd);
 		if (n == -EAGAIN || n == -EINTR)
 			continue;
+		lost_fd = fd == -EMFILE;
+		if (lost_fd)
+			fd = -1;
 		r = n <= 0 ? -ECONNRESET
-			   : sbd_msg_check(buf, (size_t)n, fd >= 0, true, &m);
+			   : sbd_msg_check(buf, (size_t)n, fd >= 0 || lost_fd,
+					   true, &m);
+		if (r == 0 && lost_fd) {
+			/* A reply whose descriptor did not fit: its request
+			 * fails with EMFILE; the connection is fine. */
+			if (m.type != SBD_REPLY)
+				continue;
+			m.err = -EMFILE;
+		}
 		if (r < 0) {
 			if (fd >= 0)
 				close(fd);
@@ -630,6 +643,22 @@ int sbi_dclient_heap(struct sbi_dclient *c, uint64_t bytes, int wait_ms)
 	r = request(c, &m, sbi_mono_ms() + (uint64_t)wait_ms, &rep, &fd, &gen);
 	if (r < 0)
 		return r;
+	if (rep.err == -EMFILE && rep.a && rep.a <= UINT32_MAX) {
+		/* Made, but its file did not reach us (the reader marks a
+		 * reply whose descriptor this process had no room for):
+		 * the daemon's record of it goes, or every try would leave
+		 * one. */
+		struct sbd_msg f = {.magic = SBD_MAGIC, .type = SBD_HEAP_FREE,
+				    .a = rep.a};
+
+		pthread_mutex_lock(&c->lock);
+		if (gen == c->gen && up(c)) {
+			r = sbd_send_nowait(c->sock, &f);
+			if (r < 0 && r != -EAGAIN)
+				broken_locked(c);
+		}
+		pthread_mutex_unlock(&c->lock);
+	}
 	if (rep.err < 0 || fd < 0 || !heap_fd_ok(fd, bytes) || !rep.a ||
 	    rep.a > UINT32_MAX) {
 		if (fd >= 0)
@@ -701,9 +730,11 @@ void sbi_dclient_stash_heaps(struct sbi_dclient *c, uint64_t bytes, int want)
 		pthread_mutex_lock(&c->lock);
 		n = c->stash_bytes == bytes ? c->nstash : 0;
 		pthread_mutex_unlock(&c->lock);
-		if (n >= want)
+		if (n >= want || sbi_mono_ms() < c->stash_retry_ms)
 			return;
 		fd = sbi_dclient_heap(c, bytes, 200);
+		if (fd == -EMFILE)	/* not every 5 ms while we are full */
+			c->stash_retry_ms = sbi_mono_ms() + 1000;
 		if (fd < 0)
 			return;
 		pthread_mutex_lock(&c->lock);

@@ -69,7 +69,7 @@ int sbd_msg_check(const void *buf, size_t n, unsigned nfds, bool from_daemon,
 			return -EBADMSG;
 		break;
 	case SBD_LEASE:
-		if (!m->seq || !size_ok(m->a, false) || !size_ok(m->b, false) ||
+		if (!m->seq || !size_ok(m->a, true) || !size_ok(m->b, false) ||
 		    m->b < m->a || !size_ok(m->c, true) || !size_ok(m->d, true))
 			return -EBADMSG;
 		break;
@@ -230,10 +230,20 @@ long sbd_recv(int sock, void *buf, size_t cap, int *fd)
 			memcpy(&got[ngot++], CMSG_DATA(c) + i * sizeof(int),
 			       sizeof(int));
 	}
-	if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || ngot > SBD_MAX_FDS) {
+	if ((mh.msg_flags & MSG_TRUNC) || ngot > SBD_MAX_FDS) {
 		while (ngot--)
 			close(got[ngot]);
 		return -EMSGSIZE;
+	}
+	if (mh.msg_flags & MSG_CTRUNC) {
+		/* The bytes came whole, the descriptor not: this process is
+		 * at RLIMIT_NOFILE. The message stands, marked; a reply
+		 * then fails its request rather than the connection (a
+		 * client at its limit reconnected over and over). */
+		while (ngot--)
+			close(got[ngot]);
+		*fd = -EMFILE;
+		return (long)r;
 	}
 	if (ngot && (*fd = sbd_fd_above_std(got[0], false)) < 0)
 		return *fd;

@@ -38,7 +38,9 @@ enum sbd_type {
 	SBD_LEASE,	/* a: bytes needed at least, b: bytes wanted, c/d:
 			 * resident/used bytes. Reply a: bytes granted (>= a),
 			 * or err -ENOMEM when nothing anywhere could be freed
-			 * in time. */
+			 * in time. a = 0: what is free now, maybe nothing,
+			 * with neither a reclaim nor a wait (a reserve's
+			 * floor, sb_pool_reserve). */
 	SBD_RETURN,	/* a: bytes given back, b: 1 in answer to a
 			 * RECLAIM, c/d: resident/used. No reply. */
 	SBD_REPORT,	/* a: spilled bytes, c/d: resident/used. No reply. */
@@ -175,7 +177,9 @@ int sbd_send(int sock, const struct sbd_msg *m, const void *payload, int fd);
  * came with it (*fd, -1 if none; the caller owns it). Returns the message's
  * size, 0 at end of stream, or -errno (-EAGAIN on a non-blocking socket
  * with nothing to read, -EMSGSIZE for a truncated message or one with too
- * many descriptors, which are closed).
+ * many descriptors, which are closed). A message whose descriptor could
+ * not be received (this process at RLIMIT_NOFILE) is returned whole with
+ * *fd = -EMFILE.
  */
 /* The same without waiting for room (a message that wants no reply, sent
  * under a lock): -EAGAIN when the peer is not reading. */

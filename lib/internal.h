@@ -581,6 +581,11 @@ struct sb_pool {
 	 * is not a scan of every full heap before it for each page (a 4 GiB
 	 * floor of 4 KiB pages took 26 s when each search began at 0). */
 	sbi_pid floor_cursor;
+	/* The floor cannot grow: no heap could be added for it (file
+	 * descriptors, memory). Its unfilled part is then not lease spoken
+	 * for (sbi_lease_floor_due): a client would hold the machine's
+	 * budget for pages it cannot make. */
+	bool floor_stuck;
 	size_t misses;		/* sync prepares since the last tick */
 	/* Page-ins (SBI_ALLOC_OVERWRITE) since the last tick, and the freed
 	 * pages the ready thread keeps for them rather than punch (ready.c:
@@ -948,6 +953,16 @@ int sbi_pool_verify(struct sb_pool *pool, char *why, size_t len);
  * SPARSEBUF_DAEMON_FALLBACK=fail. nowait: not while the daemon is away.
  * No pool lock held. */
 int sbi_lease_more(struct sb_pool *pool, size_t n, bool nowait);
+/* The floor's unfilled part (sb_pool_reserve): ready_floor - ready, or 0
+ * (also while the floor is stuck). pool->lock held. */
+size_t sbi_lease_floor_due(const struct sb_pool *pool);
+/* Ask sparsebufd for the lease that sb_pool_reserve's floor lacks, out of
+ * what its budget has free: no reclaim from another process, no wait for
+ * one. A floor is memory kept for bursts that may never come; it must not
+ * push out another process's data, and two floors that do not fit the
+ * machine together must not take turns reclaiming each other. Partial
+ * grants are kept. No pool lock held; a local pool's is a no-op. */
+void sbi_lease_floor(struct sb_pool *pool);
 /* For tests: a client pool a daemon holds (connected, not fallen back). */
 bool sbi_pool_is_leased(struct sb_pool *pool);
 /* Give back the lease beyond resident + keep pages. Returns pages. */
@@ -973,6 +988,10 @@ void sbi_ready_want(struct sb_pool *pool, sbi_pid p, int prio);
 /* Release empty heaps and reserve pages; caller holds pool->lock and gets
  * it back. Returns pages released. keep_spare keeps one empty heap. */
 size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready);
+/* Punch up to n free backed pages, freed ones first, then ready ones (a
+ * reclaim by sparsebufd that wants no more); returns how many went.
+ * pool->lock held. */
+size_t sbi_ready_release(struct sb_pool *pool, size_t n);
 
 /* Test hooks (the sbi_test_* calls): take one from a count of injected
  * events; false once it is 0. */

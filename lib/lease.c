@@ -121,6 +121,49 @@ int sbi_lease_more(struct sb_pool *pool, size_t n, bool nowait)
 	return r;
 }
 
+size_t sbi_lease_floor_due(const struct sb_pool *pool)
+{
+	SBI_HELD(&pool->lock);
+	return pool->ready_floor > pool->ready && !pool->floor_stuck
+		       ? pool->ready_floor - pool->ready
+		       : 0;
+}
+
+void sbi_lease_floor(struct sb_pool *pool)
+{
+	size_t have, resident, used, need = 0;
+	uint64_t granted = 0;
+
+	if (!pool->client || !sbi_dclient_connected(pool->client))
+		return;
+	pthread_mutex_lock(&pool->lock);
+	have = pool->max_pages;
+	resident = pool->resident;
+	used = pool->used;
+	if (!pool->daemon_local && resident + sbi_lease_floor_due(pool) > have)
+		need = resident + sbi_lease_floor_due(pool) - have;
+	if (have >= pool->ceiling_pages)
+		need = 0;
+	else if (need > pool->ceiling_pages - have)
+		need = pool->ceiling_pages - have;
+	pthread_mutex_unlock(&pool->lock);
+	/* min 0: the daemon grants what is free now, maybe nothing, and
+	 * neither reclaims nor parks the request (daemon/budget.c). */
+	if (!need || sbi_dclient_lease(pool->client, 0,
+				       (uint64_t)need << pool->page_shift,
+				       (uint64_t)resident << pool->page_shift,
+				       (uint64_t)used << pool->page_shift,
+				       200, &granted) < 0 ||
+	    !granted)
+		return;
+	pthread_mutex_lock(&pool->lock);
+	if (!pool->daemon_local)
+		sbi_lease_set(pool, pool->max_pages +
+					    (size_t)(granted >> pool->page_shift));
+	pthread_cond_signal(&pool->ready_cond);	/* lease to fill it with */
+	pthread_mutex_unlock(&pool->lock);
+}
+
 size_t sbi_lease_give_back(struct sb_pool *pool, size_t keep, bool reclaim)
 {
 	size_t give = 0, resident, used;

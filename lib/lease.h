@@ -19,6 +19,7 @@ struct sbi_lease {
 	size_t rep_resident, rep_used;
 	uint64_t refused_until_ms;	/* no background lease before */
 	uint64_t idle_since_ms;		/* last allocation seen */
+	uint64_t floor_ask_ms;		/* no floor request before */
 	int wait_ms;			/* SPARSEBUF_DAEMON_WAIT_MS */
 	bool fail;			/* SPARSEBUF_DAEMON_FALLBACK=fail */
 	_Atomic bool warned;

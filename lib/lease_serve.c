@@ -18,6 +18,7 @@
 #define TICK_MS 5	/* how often the lease is looked at */
 #define REPORT_MS 1000
 #define IDLE_MS 2000	/* no allocation for this long: keep no spare lease */
+#define FLOOR_ASK_MS 500	/* a floor the lease lacks: asked this often */
 
 /* ---- the connection's callbacks (its reader thread) ------------------------ */
 
@@ -102,8 +103,10 @@ static void serve_reclaim(struct sb_pool *pool, uint64_t bytes)
 
 	got = sbi_lease_give_back(pool, 0, false);
 	if (got < want) {
+		/* Ready pages, as many as the daemon still wants: trimmed
+		 * whole, a reclaim of 7 MiB took a 150 MiB floor. */
 		pthread_mutex_lock(&pool->lock);
-		sbi_ready_trim(pool, false, true);
+		sbi_ready_release(pool, want - got);
 		pthread_mutex_unlock(&pool->lock);
 		got += sbi_lease_give_back(pool, 0, false);
 	}
@@ -176,10 +179,18 @@ static void maintain(struct sb_pool *pool, uint64_t now)
 	 * fill: lease it asked for, spoken for though not yet resident. Not
 	 * counted, the first look after a large floor (idle, nothing backed
 	 * yet) gave all but 16 MiB of it back. */
-	floor_due = pool->ready_floor > pool->ready
-			    ? pool->ready_floor - pool->ready
-			    : 0;
+	floor_due = sbi_lease_floor_due(pool);
 	pthread_mutex_unlock(&pool->lock);
+	/* A floor the lease does not cover (granted in part, or taken by a
+	 * reclaim): asked for again from what the budget has free, at most
+	 * every FLOOR_ASK_MS. */
+	if (resident + floor_due > have && now >= l->floor_ask_ms) {
+		l->floor_ask_ms = now + FLOOR_ASK_MS;
+		sbi_lease_floor(pool);
+		pthread_mutex_lock(&pool->lock);
+		have = pool->max_pages;
+		pthread_mutex_unlock(&pool->lock);
+	}
 	/* Growing: more pages in use than at the last look. (Not any
 	 * allocation: pages read back after a reclaim are not growth, and
 	 * asking for lease then would take it back from the busy process the
@@ -193,8 +204,13 @@ static void maintain(struct sb_pool *pool, uint64_t now)
 		l->rate = used - l->seen_used;
 	l->seen_used = used;
 	slack = have > resident + floor_due ? have - resident - floor_due : 0;
-	if (active && slack < low_mark(pool) && have < pool->ceiling_pages &&
-	    now >= l->refused_until_ms) {
+	/* Growth asks whatever the floor lacks: the floor's own lease comes
+	 * only from free room (above). Counted here, a growing client whose
+	 * floor a reclaim had taken asked at once for a chunk more, which
+	 * the daemon took from another client with a floor, which did the
+	 * same: 54 reclaims in 15 s for two floors that did not fit. */
+	if (active && (have > resident ? have - resident : 0) < low_mark(pool) &&
+	    have < pool->ceiling_pages && now >= l->refused_until_ms) {
 		/* 16 MiB, or 6 looks' growth (at most 1/16 of the
 		 * machine's budget). */
 		chunk = budget_share(pool, 6 * l->rate, sbi_lease_chunk(pool),

@@ -468,7 +468,6 @@ SB_API long sb_pool_trim(struct sb_pool *pool)
 
 SB_API long sb_pool_reserve(struct sb_pool *pool, long delta_bytes)
 {
-	size_t short_pages, spare;
 	long pages;
 	int r;
 
@@ -476,8 +475,11 @@ SB_API long sb_pool_reserve(struct sb_pool *pool, long delta_bytes)
 		return -EINVAL;
 	if ((r = sbi_pool_check(pool)) < 0)
 		return r;
+	/* Whole pages, rounded away from zero both ways: a reserve of x
+	 * bytes and then of -x leaves the floor as it was. */
 	pages = delta_bytes / (long)pool->page_size +
-		(delta_bytes % (long)pool->page_size > 0);
+		(delta_bytes % (long)pool->page_size > 0) -
+		(delta_bytes % (long)pool->page_size < 0);
 	pthread_mutex_lock(&pool->lock);
 	if (pages < 0 && (size_t)-pages > pool->ready_floor) {
 		pool->ready_floor = 0;
@@ -499,19 +501,12 @@ SB_API long sb_pool_reserve(struct sb_pool *pool, long delta_bytes)
 		pool->ready_target = sbi_ready_cap(pool);
 	pthread_cond_signal(&pool->ready_cond);
 	pages = (long)pool->ready_floor;
-	/* A client of sparsebufd: the lease must cover the floor, and only
-	 * allocations ask for more of it (alloc.c); the ready thread never
-	 * waits for the daemon. Asked here, once; refused, the floor waits
-	 * for lease like any growth. */
-	short_pages = pool->ready_floor > pool->ready ? pool->ready_floor -
-							       pool->ready
-						     : 0;
-	spare = pool->max_pages > pool->resident
-			? pool->max_pages - pool->resident
-			: 0;
 	pthread_mutex_unlock(&pool->lock);
-	if (pool->client && short_pages > spare)
-		sbi_lease_more(pool, short_pages - spare, true);
+	/* A client of sparsebufd: the lease must cover the floor. Asked
+	 * here, from what the machine's budget has free (the ready thread
+	 * never waits for the daemon); what is not granted now the lease
+	 * thread asks for again while the floor lacks it (lease_serve.c). */
+	sbi_lease_floor(pool);
 	return pages * (long)pool->page_size;
 }
 

@@ -41,6 +41,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -161,6 +162,21 @@ static bool floor_hole(const struct sbi_heap *h, uint32_t lo, uint32_t top,
 	return false;
 }
 
+/* Whether the floor may add a heap: each is a file descriptor, and the
+ * floor's heaps are memory for a burst that may not come. The pool's heaps
+ * stay within a quarter of what the process may open (RLIMIT_NOFILE), as
+ * home heaps do (home.c): with small heaps a floor took every descriptor
+ * the application had left (and, on a client of sparsebufd, the one the
+ * daemon's next reply carried). Growth itself is not limited here. */
+static bool floor_fd_room(const struct sb_pool *pool)
+{
+	struct rlimit rl;
+
+	return getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+	       (rl.rlim_cur == RLIM_INFINITY ||
+		pool->nheaps + 1 <= rl.rlim_cur / 4);
+}
+
 /*
  * A page without memory to make ready for the floor a client asked for
  * (sb_pool_reserve): the first free hole no run holds, in a new heap if
@@ -192,17 +208,20 @@ static bool floor_page(struct sb_pool *pool, struct sbi_heap **hp,
 				    k == hi ? at : h->npages, ip)) {
 			*hp = h;
 			pool->floor_cursor = s * pool->pages_per_heap + *ip;
+			pool->floor_stuck = false;
 			return true;
 		}
 	}
 	now = sbi_mono_ms();
 	if (now < pool->floor_heap_ms)
 		return false;
-	*hp = sbi_pool_add_heap(pool, &err);
+	*hp = floor_fd_room(pool) ? sbi_pool_add_heap(pool, &err) : NULL;
 	if (!*hp) {
 		pool->floor_heap_ms = now + 1000;
+		pool->floor_stuck = true;
 		return false;
 	}
+	pool->floor_stuck = false;
 	pool->floor_cursor = (*hp)->slot * pool->pages_per_heap;
 	*ip = 0;
 	return true;
@@ -395,6 +414,33 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready)
 	}
 	if (all_ready && --pool->trimming == 0)
 		pthread_cond_signal(&pool->ready_cond);	/* touches may wait */
+	return released;
+}
+
+size_t sbi_ready_release(struct sb_pool *pool, size_t n)
+{
+	SBI_HELD(&pool->lock);
+	size_t released = 0;
+
+	/* Paused meanwhile (as a trim): it would make ready again what goes
+	 * here, with the lease about to be given back. */
+	pool->trimming++;
+	while (released < n) {
+		struct sbi_heap *h;
+		uint32_t i;
+
+		if (!find_state(pool, SBI_PG_DIRTY, &h, &i) &&
+		    !find_state(pool, SBI_PG_READY, &h, &i))
+			break;
+		sbi_page_set_busy(pool, h, i);
+		pthread_mutex_unlock(&pool->lock);
+		sbi_heap_punch(h, i, 1, pool->page_size);
+		pthread_mutex_lock(&pool->lock);
+		sbi_page_set_done(pool, h, i, SBI_PG_UNBACKED);
+		released++;
+	}
+	if (--pool->trimming == 0)
+		pthread_cond_signal(&pool->ready_cond);
 	return released;
 }
 

@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/un.h>
 
 #define PAGE (256 * KiB)
@@ -1380,6 +1381,110 @@ static void test_floors(void)
 	stop_daemon(SIGTERM);
 }
 
+static size_t ready_mib(struct sb_pool *p)
+{
+	return stats(p).pages_ready * PAGE / MiB;
+}
+
+/*
+ * sb_pool_reserve on clients (lib/lease.c, sbi_lease_floor): a floor's
+ * lease comes out of what the budget has free, less an eighth kept for
+ * growth, in part when that is all there is; a reclaim for another's
+ * growth takes no more of it than it asks; taken, it is asked for again
+ * once there is room.
+ */
+static void test_reserve(void)
+{
+	struct sb_pool *a, *b;
+	struct sb_buf *bb;
+	int err = 0;
+
+	start_daemon("64M");
+	a = connect_pool(0, &err);
+	CHECK(a);
+	/* Above the budget: it once got nothing at all (the whole floor
+	 * was its least, refused). */
+	CHECK_EQ(sb_pool_reserve(a, 96 * MiB), 96 * MiB);
+	WAIT_FOR(ready_mib(a) >= 56, 10);
+	CHECK_EQ(ready_mib(a), 56);
+	CHECK(used_now() <= 64 * MiB);
+	CHECK_EQ(sb_pool_reserve(a, -56 * (long)MiB), 40 * MiB);
+	WAIT_FOR(ready_mib(a) <= 40 && used_now() <= 40 * MiB, 10);
+	CHECK(ready_mib(a) == 40 && used_now() <= 40 * MiB);
+	/* Another client grows 32 MiB (its ceiling: no lease ahead), 8
+	 * more than is free. A reclaim once trimmed every ready page, the
+	 * whole floor. */
+	b = connect_pool(32 * MiB, &err);
+	CHECK(b);
+	bb = make_buf(b, 1 * GiB, 0);
+	CHECK_EQ(sb_buf_map(bb, 0, 32 * MiB), 32 * MiB / PAGE);
+	printf("reserve: a 40 MiB floor kept %zu MiB ready beside 32 MiB "
+	       "of growth on a 64 MiB budget\n", ready_mib(a));
+	CHECK(ready_mib(a) >= 32);
+	CHECK(used_now() <= 64 * MiB);
+	sb_pool_destroy(b);
+	/* Room again: the floor is asked for anew (it was not, on an
+	 * idle pool, until it grew). */
+	WAIT_FOR(ready_mib(a) >= 40, 10);
+	CHECK_EQ(ready_mib(a), 40);
+	VERIFY(a);
+	sb_pool_destroy(a);
+	WAIT_FOR(used_now() == 0, 2);
+	stop_daemon(SIGTERM);
+}
+
+/* A reply whose descriptor cannot be received (the client at its
+ * RLIMIT_NOFILE) fails its request; the connection stays. It used to be
+ * taken for a lost connection, reconnected at once, and lost again. */
+static int child_fd_limit(void)
+{
+	struct rlimit rl;
+	struct sb_pool *p;
+	struct sb_buf *b;
+	int err = 0, fds[4096], n = 0;
+	long r;
+
+	p = connect_pool(0, &err);
+	CHECK(p);
+	b = make_buf(p, 1 * GiB, 0);
+	CHECK_EQ(sb_buf_map(b, 0, PAGE), 1);	/* the first heap */
+	usleep(100 * 1000);	/* the lease thread fetches the next */
+	CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	rl.rlim_cur = 256;
+	CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	while (n < 4096 && (fds[n] = open("/dev/null", O_RDONLY)) >= 0)
+		n++;
+	CHECK(n < 4096);
+	/* Past the first heap (64 MiB): the one fetched ahead, if it was;
+	 * the lease thread then asks for the next, whose file the daemon's
+	 * reply cannot bring. */
+	r = sb_buf_map(b, PAGE, 100 * MiB);
+	printf("fd limit: a map of 100 MiB at the limit: %ld\n", r);
+	usleep(300 * 1000);
+	CHECK(sbi_pool_is_leased(p));
+	while (n--)
+		close(fds[n]);
+	CHECK_EQ(sb_buf_map(b, 256 * MiB, PAGE), 1);
+	CHECK(sbi_pool_is_leased(p));
+	sb_pool_destroy(p);
+	return 0;
+}
+
+static void test_fd_limit(void)
+{
+	struct sbd_status st0, st1;
+
+	start_daemon("256M");
+	status(&st0, NULL, 0);
+	CHECK_EQ(reap(spawn_child("fd_limit", NULL), 60), 0);
+	status(&st1, NULL, 0);
+	/* The client's one connection, and this status's. */
+	printf("fd limit: %llu connection(s) meanwhile\n",
+	       (unsigned long long)(st1.clients_total - st0.clients_total));
+	CHECK(st1.clients_total - st0.clients_total <= 2);
+	stop_daemon(SIGTERM);
+}
+
 /* A client killed with SIGKILL: its pages back within 1 s. */
 static void test_client_killed(void)
 {
@@ -1626,6 +1731,8 @@ static int child(const char *name)
 		return child_idle_evictable();
 	if (!strcmp(name, "idle_floor"))
 		return child_idle_floor();
+	if (!strcmp(name, "fd_limit"))
+		return child_fd_limit();
 	if (!strcmp(name, "hog"))
 		return child_hog();
 	if (!strcmp(name, "default"))
@@ -1754,6 +1861,8 @@ static int main_test(void)
 	RUN_CASE(idle_gives);
 	RUN_CASE(reclaim_late_answer);
 	RUN_CASE(floors);
+	RUN_CASE(reserve);
+	RUN_CASE(fd_limit);
 	RUN_CASE(client_killed);
 	RUN_CASE(daemon_killed);
 	RUN_CASE(kill_loop);
