@@ -5,11 +5,38 @@
 #include "harness.h"
 #include "harness_internal.h"
 
+#include <sys/resource.h>
+
 #define PAGE (256 * KiB)
+
+/* A floor with heaps of one page each, RLIMIT_NOFILE at 64: the floor's
+ * heaps stop at a quarter of the limit (each is a descriptor); it once
+ * took every one the process had left. */
+static int child_floor_fds(void)
+{
+	struct rlimit rl = {64, 64};
+	struct sb_pool *p;
+	int fd;
+
+	CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	p = make_pool(PAGE, PAGE, 0);
+	CHECK_EQ(sb_pool_reserve(p, 100 * MiB), 100 * MiB);
+	WAIT_FOR(stats(p).heaps >= 16, 5.0);
+	usleep(300 * 1000);
+	CHECK(stats(p).heaps >= 8);
+	CHECK(stats(p).heaps <= 16);
+	fd = open("/dev/null", O_RDONLY);
+	CHECK(fd >= 0);
+	close(fd);
+	VERIFY(p);
+	sb_pool_destroy(p);
+	return 0;
+}
 
 static int child(const char *name)
 {
-	(void)name;
+	if (!strcmp(name, "floor-fds"))
+		return child_floor_fds();
 	return 2;
 }
 
@@ -156,6 +183,11 @@ static void reserve_floor(void)
 	WAIT_FOR(stats(p).pages_ready >= 12, 5.0);
 	CHECK(stats(p).pages_ready >= 12);
 	CHECK_EQ(sb_pool_reserve(p, -100 * (long)PAGE), 0);	/* floors at 0 */
+	/* Whole pages away from zero both ways: x, then -x, is no change. */
+	CHECK_EQ(sb_pool_reserve(p, 1), PAGE);
+	CHECK_EQ(sb_pool_reserve(p, -1), 0);
+	CHECK_EQ(sb_pool_reserve(p, PAGE + 1), 2 * PAGE);
+	CHECK_EQ(sb_pool_reserve(p, -(long)PAGE - 1), 0);
 	/* Never past the budget: 4 pages, one in use. */
 	b = make_buf(q, 1 * GiB, 0);
 	CHECK_EQ(sb_buf_map(b, 0, PAGE), 1);
@@ -204,6 +236,7 @@ static int main_test(void)
 	reserve();
 	reserve_floor();
 	reserve_idle();
+	CHECK_EQ(child_exit_code(run_child("floor-fds")), 0);
 	background_prepares();
 	printf("pool: heaps, budget and reserve ok\n");
 	return 0;
