@@ -87,6 +87,11 @@ static bool try_grant(struct sbd_server *s, struct sbd_client *c,
 {
 	uint64_t g = room(s, c), keep = s->max_bytes >> SOFT_HEADROOM_SHIFT;
 
+	/* Nothing at all while a request is parked: the room that comes
+	 * back from the clients it reclaimed from is that one's. */
+	for (struct sbd_client *o = s->clients; !min && o; o = o->next)
+		if (o->parked)
+			keep = g;
 	if (!min)
 		g = g > keep ? g - keep : 0;
 	if (g < min)

@@ -581,11 +581,14 @@ struct sb_pool {
 	 * is not a scan of every full heap before it for each page (a 4 GiB
 	 * floor of 4 KiB pages took 26 s when each search began at 0). */
 	sbi_pid floor_cursor;
-	/* The floor cannot grow: no heap could be added for it (file
-	 * descriptors, memory). Its unfilled part is then not lease spoken
-	 * for (sbi_lease_floor_due): a client would hold the machine's
-	 * budget for pages it cannot make. */
-	bool floor_stuck;
+	/* Until then the floor cannot grow: no heap could be added for it
+	 * (file descriptors, memory). Its unfilled part is meanwhile not
+	 * lease spoken for (sbi_lease_floor_due): a client would hold the
+	 * machine's budget for pages it cannot make. A time, not a flag:
+	 * the heap is only tried while the lease has room, which a stuck
+	 * floor gives back, so a flag never cleared (a client's floor
+	 * stayed stuck after the limit was raised). */
+	uint64_t floor_stuck_ms;
 	size_t misses;		/* sync prepares since the last tick */
 	/* Page-ins (SBI_ALLOC_OVERWRITE) since the last tick, and the freed
 	 * pages the ready thread keeps for them rather than punch (ready.c:

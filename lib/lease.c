@@ -124,7 +124,8 @@ int sbi_lease_more(struct sb_pool *pool, size_t n, bool nowait)
 size_t sbi_lease_floor_due(const struct sb_pool *pool)
 {
 	SBI_HELD(&pool->lock);
-	return pool->ready_floor > pool->ready && !pool->floor_stuck
+	return pool->ready_floor > pool->ready &&
+			       pool->floor_stuck_ms <= sbi_mono_ms()
 		       ? pool->ready_floor - pool->ready
 		       : 0;
 }
@@ -164,23 +165,38 @@ void sbi_lease_floor(struct sb_pool *pool)
 	pthread_mutex_unlock(&pool->lock);
 }
 
-size_t sbi_lease_give_back(struct sb_pool *pool, size_t keep, bool reclaim)
+size_t sbi_lease_cut(struct sb_pool *pool, size_t keep)
 {
-	size_t give = 0, resident, used;
+	SBI_HELD(&pool->lock);
+	size_t give = 0;
 
-	pthread_mutex_lock(&pool->lock);
-	resident = pool->resident;
-	used = pool->used;
-	if (!pool->daemon_local && pool->max_pages > resident + keep) {
-		give = pool->max_pages - resident - keep;
-		sbi_lease_set(pool, resident + keep);
+	if (!pool->daemon_local && pool->max_pages > pool->resident + keep) {
+		give = pool->max_pages - pool->resident - keep;
+		sbi_lease_set(pool, pool->resident + keep);
 	}
-	pthread_mutex_unlock(&pool->lock);
+	return give;
+}
+
+void sbi_lease_tell(struct sb_pool *pool, size_t give, bool reclaim,
+		    size_t resident, size_t used)
+{
 	if (give || reclaim)
 		sbi_dclient_tell(pool->client, SBD_RETURN,
 				 (uint64_t)give << pool->page_shift, reclaim,
 				 (uint64_t)resident << pool->page_shift,
 				 (uint64_t)used << pool->page_shift);
+}
+
+size_t sbi_lease_give_back(struct sb_pool *pool, size_t keep, bool reclaim)
+{
+	size_t give, resident, used;
+
+	pthread_mutex_lock(&pool->lock);
+	give = sbi_lease_cut(pool, keep);
+	resident = pool->resident;
+	used = pool->used;
+	pthread_mutex_unlock(&pool->lock);
+	sbi_lease_tell(pool, give, reclaim, resident, used);
 	return give;
 }
 

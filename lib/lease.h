@@ -32,5 +32,12 @@ size_t sbi_lease_low(const struct sb_pool *pool);
 size_t sbi_lease_high(const struct sb_pool *pool);
 /* The lease is pages now; pool->lock held. */
 void sbi_lease_set(struct sb_pool *pool, size_t pages);
+/* sbi_lease_give_back in two steps, for a caller that must cut the lease
+ * in the same hold of pool->lock as it freed memory: lower the lease to
+ * resident + keep (pool->lock held; returns the pages cut), then tell the
+ * daemon (no lock; reclaim: this RETURN answers its RECLAIM). */
+size_t sbi_lease_cut(struct sb_pool *pool, size_t keep);
+void sbi_lease_tell(struct sb_pool *pool, size_t give, bool reclaim,
+		    size_t resident, size_t used);
 
 #endif

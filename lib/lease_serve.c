@@ -94,21 +94,42 @@ static void report(struct sb_pool *pool, uint64_t now, bool force)
 			 st.bytes_resident, st.pages_used * st.page_size);
 }
 
+/* The ready thread resumes after a pause (pool->trimming) taken to cut
+ * the lease in the same hold of the lock as memory was freed. */
+static void ready_resume(struct sb_pool *pool)
+{
+	SBI_HELD(&pool->lock);
+	if (--pool->trimming == 0)
+		pthread_cond_signal(&pool->ready_cond);
+}
+
 /* The daemon wants bytes back. */
 static void serve_reclaim(struct sb_pool *pool, uint64_t bytes)
 {
 	size_t want = (size_t)((bytes + pool->page_size - 1) >>
 			       pool->page_shift),
-	       got;
+	       got, give, resident, used;
 
 	got = sbi_lease_give_back(pool, 0, false);
 	if (got < want) {
-		/* Ready pages, as many as the daemon still wants: trimmed
-		 * whole, a reclaim of 7 MiB took a 150 MiB floor. */
+		/* Ready pages, as many as the daemon still wants (trimmed
+		 * whole, a reclaim of 7 MiB took a 150 MiB floor), and the
+		 * lease cut before the ready thread may run again: let go
+		 * in between, the lock went to it, it made the floor's
+		 * pages ready again with the lease they had freed, nothing
+		 * was left to give, and the daemon, taking this client for
+		 * dry, refused the grower (test_daemon reserve, 8 runs in
+		 * 41). */
 		pthread_mutex_lock(&pool->lock);
+		pool->trimming++;
 		sbi_ready_release(pool, want - got);
+		give = sbi_lease_cut(pool, 0);
+		resident = pool->resident;
+		used = pool->used;
+		ready_resume(pool);
 		pthread_mutex_unlock(&pool->lock);
-		got += sbi_lease_give_back(pool, 0, false);
+		sbi_lease_tell(pool, give, false, resident, used);
+		got += give;
 	}
 	if (got < want && atomic_load(&pool->n_evictable)) {
 		/* Never below the floor: the daemon asks for no more than
@@ -116,7 +137,7 @@ static void serve_reclaim(struct sb_pool *pool, uint64_t bytes)
 		 * the ready reserve) may have been part of that. */
 		size_t floor = (size_t)(sbi_dclient_floor(pool->client) >>
 					pool->page_shift),
-		       n = want - got, used;
+		       n = want - got;
 
 		pthread_mutex_lock(&pool->lock);
 		used = pool->used;
@@ -126,14 +147,23 @@ static void serve_reclaim(struct sb_pool *pool, uint64_t bytes)
 		if (n)
 			sbi_evict_some(pool, n);
 		pthread_mutex_lock(&pool->lock);
+		pool->trimming++;
 		sbi_ready_trim(pool, false, true);
-		pthread_mutex_unlock(&pool->lock);
+	} else {
+		pthread_mutex_lock(&pool->lock);
+		pool->trimming++;
 	}
 	/* The answer, even when nothing could go, with what the eviction
 	 * freed: in a RETURN of their own before it, those pages left an
 	 * answer of nothing, which a daemon that had asked again meanwhile
-	 * took for "has nothing" (daemon/server.c, sbd_send_reclaim). */
-	sbi_lease_give_back(pool, 0, true);
+	 * took for "has nothing" (daemon/server.c, sbd_send_reclaim). The
+	 * lease is cut before the ready thread may refill what went. */
+	give = sbi_lease_cut(pool, 0);
+	resident = pool->resident;
+	used = pool->used;
+	ready_resume(pool);
+	pthread_mutex_unlock(&pool->lock);
+	sbi_lease_tell(pool, give, true, resident, used);
 }
 
 /* n pages, but no more than a share of the machine's budget (under a

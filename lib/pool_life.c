@@ -492,6 +492,9 @@ SB_API long sb_pool_reserve(struct sb_pool *pool, long delta_bytes)
 	} else {
 		pool->ready_floor = (size_t)((long)pool->ready_floor + pages);
 	}
+	/* A new floor is tried at once, however the last one fared. */
+	pool->floor_stuck_ms = 0;
+	pool->floor_heap_ms = 0;
 	/* The target follows the floor both ways (internal.h: it stays
 	 * within sbi_ready_cap); lowered, it would otherwise decay an
 	 * eighth a quiet second and hold the old floor's pages for long. */

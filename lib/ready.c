@@ -168,6 +168,8 @@ static bool floor_hole(const struct sbi_heap *h, uint32_t lo, uint32_t top,
  * home heaps do (home.c): with small heaps a floor took every descriptor
  * the application had left (and, on a client of sparsebufd, the one the
  * daemon's next reply carried). Growth itself is not limited here. */
+#define FLOOR_STUCK_MS 10000	/* a floor that could not grow: tried again */
+
 static bool floor_fd_room(const struct sb_pool *pool)
 {
 	struct rlimit rl;
@@ -208,7 +210,7 @@ static bool floor_page(struct sb_pool *pool, struct sbi_heap **hp,
 				    k == hi ? at : h->npages, ip)) {
 			*hp = h;
 			pool->floor_cursor = s * pool->pages_per_heap + *ip;
-			pool->floor_stuck = false;
+			pool->floor_stuck_ms = 0;
 			return true;
 		}
 	}
@@ -218,10 +220,10 @@ static bool floor_page(struct sb_pool *pool, struct sbi_heap **hp,
 	*hp = floor_fd_room(pool) ? sbi_pool_add_heap(pool, &err) : NULL;
 	if (!*hp) {
 		pool->floor_heap_ms = now + 1000;
-		pool->floor_stuck = true;
+		pool->floor_stuck_ms = now + FLOOR_STUCK_MS;
 		return false;
 	}
-	pool->floor_stuck = false;
+	pool->floor_stuck_ms = 0;
 	pool->floor_cursor = (*hp)->slot * pool->pages_per_heap;
 	*ip = 0;
 	return true;
