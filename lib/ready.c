@@ -299,6 +299,19 @@ static enum work pick_work(struct sb_pool *pool, bool may_back,
 			       ? pool->dirty - pool->dirty_keep
 			       : 0;
 	spare = pool->ready + excess_dirty;
+	if (w == W_NONE && pool->resident > pool->max_pages) {
+		/* Above the budget: a lease cut below what the pool holds
+		 * (a daemon back with a smaller budget believes a client up
+		 * to what it has room for). Free pages go first, whatever
+		 * the target and the floor say, or reclaims find nothing to
+		 * take: a client held 56 MiB of a floor's ready pages
+		 * against a 32 MiB lease for good. */
+		size_t max = pool->resident - pool->max_pages;
+
+		if (last_stretch(pool, SBI_PG_DIRTY, max, hp, ip, np) ||
+		    last_stretch(pool, SBI_PG_READY, max, hp, ip, np))
+			w = W_PUNCH;
+	}
 	if (w == W_NONE && spare > pool->ready_target) {
 		/* Punch the excess, a stretch of dirty pages at a time (but
 		 * not the freed pages kept), then ready pages. */

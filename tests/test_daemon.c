@@ -1427,6 +1427,15 @@ static void test_reserve(void)
 	 * idle pool, until it grew). */
 	WAIT_FOR(ready_mib(a) >= 40, 10);
 	CHECK_EQ(ready_mib(a), 40);
+	/* A daemon back with a smaller budget believes the pool up to it:
+	 * the floor's pages above that go. They stayed (56 MiB resident
+	 * against a 32 MiB lease), and reclaims found nothing to take. */
+	stop_daemon(SIGKILL);
+	start_daemon("24M");
+	WAIT_FOR(sbi_pool_is_leased(a) &&
+			 stats(a).bytes_resident <= 24 * MiB,
+		 10);
+	CHECK(stats(a).bytes_resident <= 24 * MiB);
 	VERIFY(a);
 	sb_pool_destroy(a);
 	WAIT_FOR(used_now() == 0, 2);
