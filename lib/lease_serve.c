@@ -234,9 +234,10 @@ static void maintain(struct sb_pool *pool, uint64_t now)
 		l->rate = used - l->seen_used;
 	l->seen_used = used;
 	slack = have > resident + floor_due ? have - resident - floor_due : 0;
-	/* Growth asks whatever the floor lacks: the floor's own lease comes
-	 * only from free room (above). Counted here, a growing client whose
-	 * floor a reclaim had taken asked at once for a chunk more, which
+	/* Growth asks by the lease it has free, the floor's unfilled part
+	 * included: the floor's own lease comes only from free room
+	 * (above). With that part counted as taken, a growing client whose
+	 * floor a reclaim had emptied asked at once for a chunk more, which
 	 * the daemon took from another client with a floor, which did the
 	 * same: 54 reclaims in 15 s for two floors that did not fit. */
 	if (active && (have > resident ? have - resident : 0) < low_mark(pool) &&
