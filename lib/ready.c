@@ -162,14 +162,14 @@ static bool floor_hole(const struct sbi_heap *h, uint32_t lo, uint32_t top,
 	return false;
 }
 
+#define FLOOR_STUCK_MS 10000	/* a floor that could not grow: tried again */
+
 /* Whether the floor may add a heap: each is a file descriptor, and the
  * floor's heaps are memory for a burst that may not come. The pool's heaps
  * stay within a quarter of what the process may open (RLIMIT_NOFILE), as
  * home heaps do (home.c): with small heaps a floor took every descriptor
  * the application had left (and, on a client of sparsebufd, the one the
  * daemon's next reply carried). Growth itself is not limited here. */
-#define FLOOR_STUCK_MS 10000	/* a floor that could not grow: tried again */
-
 static bool floor_fd_room(const struct sb_pool *pool)
 {
 	struct rlimit rl;
