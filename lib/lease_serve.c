@@ -94,13 +94,22 @@ static void report(struct sb_pool *pool, uint64_t now, bool force)
 			 st.bytes_resident, st.pages_used * st.page_size);
 }
 
-/* The ready thread resumes after a pause (pool->trimming) taken to cut
- * the lease in the same hold of the lock as memory was freed. */
-static void ready_resume(struct sb_pool *pool)
+/* Give the lease back down to what the pool holds, in the same hold of
+ * pool->lock as the caller freed memory, the ready thread paused by the
+ * caller (pool->trimming raised) until the lease is cut: then resume it,
+ * let the lock go and tell the daemon (reclaim: this RETURN answers its
+ * RECLAIM). Returns the pages given. */
+static size_t give_freed(struct sb_pool *pool, bool reclaim)
 {
 	SBI_HELD(&pool->lock);
+	size_t give = sbi_lease_cut(pool, 0), resident = pool->resident,
+	       used = pool->used;
+
 	if (--pool->trimming == 0)
 		pthread_cond_signal(&pool->ready_cond);
+	pthread_mutex_unlock(&pool->lock);
+	sbi_lease_tell(pool, give, reclaim, resident, used);
+	return give;
 }
 
 /* The daemon wants bytes back. */
@@ -108,7 +117,7 @@ static void serve_reclaim(struct sb_pool *pool, uint64_t bytes)
 {
 	size_t want = (size_t)((bytes + pool->page_size - 1) >>
 			       pool->page_shift),
-	       got, give, resident, used;
+	       got, used;
 
 	got = sbi_lease_give_back(pool, 0, false);
 	if (got < want) {
@@ -123,13 +132,7 @@ static void serve_reclaim(struct sb_pool *pool, uint64_t bytes)
 		pthread_mutex_lock(&pool->lock);
 		pool->trimming++;
 		sbi_ready_release(pool, want - got);
-		give = sbi_lease_cut(pool, 0);
-		resident = pool->resident;
-		used = pool->used;
-		ready_resume(pool);
-		pthread_mutex_unlock(&pool->lock);
-		sbi_lease_tell(pool, give, false, resident, used);
-		got += give;
+		got += give_freed(pool, false);
 	}
 	if (got < want && atomic_load(&pool->n_evictable)) {
 		/* Never below the floor: the daemon asks for no more than
@@ -158,12 +161,7 @@ static void serve_reclaim(struct sb_pool *pool, uint64_t bytes)
 	 * answer of nothing, which a daemon that had asked again meanwhile
 	 * took for "has nothing" (daemon/server.c, sbd_send_reclaim). The
 	 * lease is cut before the ready thread may refill what went. */
-	give = sbi_lease_cut(pool, 0);
-	resident = pool->resident;
-	used = pool->used;
-	ready_resume(pool);
-	pthread_mutex_unlock(&pool->lock);
-	sbi_lease_tell(pool, give, true, resident, used);
+	give_freed(pool, true);
 }
 
 /* n pages, but no more than a share of the machine's budget (under a

@@ -344,6 +344,30 @@ static int make_ready(struct sb_pool *pool, enum work w, struct sbi_heap *h,
 			   : sbi_heap_zero(h, i, 1, pool->page_size);
 }
 
+/* Punch up to n free backed pages, freed ones first; pool->lock held
+ * (let go for each punch). Returns how many went. */
+static size_t punch_free(struct sb_pool *pool, size_t n)
+{
+	SBI_HELD(&pool->lock);
+	size_t released = 0;
+
+	while (released < n) {
+		struct sbi_heap *h;
+		uint32_t i;
+
+		if (!find_state(pool, SBI_PG_DIRTY, &h, &i) &&
+		    !find_state(pool, SBI_PG_READY, &h, &i))
+			break;
+		sbi_page_set_busy(pool, h, i);
+		pthread_mutex_unlock(&pool->lock);
+		sbi_heap_punch(h, i, 1, pool->page_size);
+		pthread_mutex_lock(&pool->lock);
+		sbi_page_set_done(pool, h, i, SBI_PG_UNBACKED);
+		released++;
+	}
+	return released;
+}
+
 size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready)
 {
 	SBI_HELD(&pool->lock);
@@ -413,20 +437,8 @@ size_t sbi_ready_trim(struct sb_pool *pool, bool keep_spare, bool all_ready)
 		sbi_heap_destroy(&pool->source, h, pool->page_size);
 		pthread_mutex_lock(&pool->lock);
 	}
-	while (all_ready) {
-		struct sbi_heap *h;
-		uint32_t i;
-
-		if (!find_state(pool, SBI_PG_DIRTY, &h, &i) &&
-		    !find_state(pool, SBI_PG_READY, &h, &i))
-			break;
-		sbi_page_set_busy(pool, h, i);
-		pthread_mutex_unlock(&pool->lock);
-		sbi_heap_punch(h, i, 1, pool->page_size);
-		pthread_mutex_lock(&pool->lock);
-		sbi_page_set_done(pool, h, i, SBI_PG_UNBACKED);
-		released++;
-	}
+	if (all_ready)
+		released += punch_free(pool, SIZE_MAX);
 	if (all_ready && --pool->trimming == 0)
 		pthread_cond_signal(&pool->ready_cond);	/* touches may wait */
 	return released;
@@ -440,20 +452,7 @@ size_t sbi_ready_release(struct sb_pool *pool, size_t n)
 	/* Paused meanwhile (as a trim): it would make ready again what goes
 	 * here, with the lease about to be given back. */
 	pool->trimming++;
-	while (released < n) {
-		struct sbi_heap *h;
-		uint32_t i;
-
-		if (!find_state(pool, SBI_PG_DIRTY, &h, &i) &&
-		    !find_state(pool, SBI_PG_READY, &h, &i))
-			break;
-		sbi_page_set_busy(pool, h, i);
-		pthread_mutex_unlock(&pool->lock);
-		sbi_heap_punch(h, i, 1, pool->page_size);
-		pthread_mutex_lock(&pool->lock);
-		sbi_page_set_done(pool, h, i, SBI_PG_UNBACKED);
-		released++;
-	}
+	released = punch_free(pool, n);
 	if (--pool->trimming == 0)
 		pthread_cond_signal(&pool->ready_cond);
 	return released;
