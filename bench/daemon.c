@@ -77,6 +77,10 @@
 #define MIB ((size_t)1 << 20)
 
 static size_t budget = (size_t)512 << 20;
+/* --hugetlb (the prompts benchmark): pools on huge pages, their pages
+ * 2 MiB, and a daemon whose cache is (sparsebufd --hugetlb). */
+static bool hugetlb;
+static size_t prompt_page = PAGE;
 static char sock_path[108], daemon_bin[PATH_MAX], dir[64];
 static pid_t daemon_pid;
 extern char **environ;
@@ -99,7 +103,7 @@ static void start_daemon(void)
 	char max[32];
 	char *argv[] = {daemon_bin, (char *)"--socket", sock_path,
 			(char *)"--max-bytes", max, (char *)"--foreground",
-			NULL};
+			hugetlb ? (char *)"--hugetlb" : NULL, NULL};
 	posix_spawn_file_actions_t fa;
 	int fd;
 
@@ -527,6 +531,15 @@ static int compute(struct sb_kv_seq *s, size_t pos0, size_t n, bool attend)
 	return sb_kv_commit(s, n) < 0 ? -1 : 0;
 }
 
+/* The prompt's positions the cache holds: whole blocks, a block being a
+ * page of each region's rows. */
+static size_t prompt_cached(void)
+{
+	size_t block = prompt_page / ROW;
+
+	return prompt_tokens / block * block;
+}
+
 /* One process of the prompts benchmark: role "local", "first" or "hit".
  * Prints "ready MS" (its time to first token) and holds its session
  * until SIGTERM. */
@@ -546,7 +559,9 @@ static int prompt_child(const char *role)
 	for (size_t i = 0; toks && i < prompt_tokens; i++)
 		toks[i] = (int32_t)(i * 2654435761u % 150000);
 	sb_pool_opts_init(&o);
-	o.page_size = PAGE;
+	o.page_size = prompt_page;
+	if (hugetlb)
+		o.flags |= SB_POOL_HUGETLB;
 	p = strcmp(role, "local") ? sb_pool_connect(sock_path, &o, &err)
 				  : sb_pool_create(&o, &err);
 	if (!p || !toks)
@@ -569,9 +584,9 @@ static int prompt_child(const char *role)
 		return 1;
 	if (!strcmp(role, "first") &&
 	    sb_kv_cache_put(c, s, toks, prompt_tokens) !=
-		    (long)(prompt_tokens / 128 * 128))
+		    (long)prompt_cached())
 		return 1;
-	if (!strcmp(role, "hit") && hit != prompt_tokens / 128 * 128) {
+	if (!strcmp(role, "hit") && hit != prompt_cached()) {
 		fprintf(stderr, "prompts: a hit of %zu positions\n", hit);
 		return 1;
 	}
@@ -608,6 +623,25 @@ static double pss_mib(pid_t pid)
 	return kb / 1024;
 }
 
+/* MiB of huge pages in use on the machine (allocated, not only reserved):
+ * a hugetlbfs page is in no process's PSS. */
+static double huge_mib(void)
+{
+	char line[128];
+	long total = 0, free_ = 0, kb = 0;
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		sscanf(line, "HugePages_Total: %ld", &total);
+		sscanf(line, "HugePages_Free: %ld", &free_);
+		sscanf(line, "Hugepagesize: %ld", &kb);
+	}
+	fclose(f);
+	return (double)(total - free_) * (double)kb / 1024;
+}
+
 struct pchild {
 	pid_t pid;
 	FILE *out;
@@ -619,7 +653,8 @@ static int spawn_prompt(struct pchild *ch, const char *role)
 	char exe[PATH_MAX], tok[32], lay[32];
 	char *argv[] = {exe, (char *)"--prompt-child", (char *)role,
 			(char *)"--client", sock_path, (char *)"--prompt-tokens",
-			tok, (char *)"--layers", lay, NULL};
+			tok, (char *)"--layers", lay,
+			hugetlb ? (char *)"--hugetlb" : NULL, NULL};
 	posix_spawn_file_actions_t fa;
 	int fds[2];
 
@@ -665,9 +700,9 @@ static int prompts(int n)
 {
 	struct pchild ch[64] = {{0}};
 	double pss_local = 0, pss_shared = 0, worst_hit = 0, worst_get = 0;
-	double own, bound;
-	double prompt_mib = (double)(prompt_tokens / 128 * 128) * 2 *
-			    (double)layers * ROW / (double)MIB;
+	double own, bound, huge0 = huge_mib();
+	double prompt_mib = (double)prompt_cached() * 2 * (double)layers *
+			    ROW / (double)MIB;
 	struct sbd_status st;
 	int ctl, fails = 0;
 	char buf[sizeof(struct sbd_msg) + SBD_MAX_PAYLOAD];
@@ -680,7 +715,9 @@ static int prompts(int n)
 			return 1;
 	for (int i = 0; i < n; i++)
 		pss_local += pss_mib(ch[i].pid);
+	pss_local += huge_mib() - huge0;	/* 0 without --hugetlb */
 	stop_all(ch, n);
+	huge0 = huge_mib();
 	/* shared: one computes and puts, the others find it. */
 	if (spawn_prompt(&ch[0], "first") < 0 || wait_ready(&ch[0]) < 0)
 		return 1;
@@ -689,6 +726,7 @@ static int prompts(int n)
 			return 1;
 	for (int i = 0; i < n; i++)
 		pss_shared += pss_mib(ch[i].pid);
+	pss_shared += huge_mib() - huge0;	/* the cache's pages too */
 	for (int i = 1; i < n; i++) {
 		if (ch[i].ms > worst_hit)
 			worst_hit = ch[i].ms;
@@ -707,11 +745,13 @@ static int prompts(int n)
 	 * its reserve, the program), from the local run: the same work. */
 	own = (pss_local - n * prompt_mib) / n;
 	bound = prompt_mib + 1.1 * own * n + 16;
-	printf("prompts N=%d: the sum of the processes' PSS: local %.0f MiB, "
-	       "sparsebufd %.0f MiB (%.2fx); the prompt %.0f MiB (%.0f MiB "
-	       "besides it per process), the daemon's cache %.0f MiB, its "
+	printf("prompts N=%d%s: the sum of the processes' PSS%s: local %.0f "
+	       "MiB, sparsebufd %.0f MiB (%.2fx); the prompt %.0f MiB (%.0f "
+	       "MiB besides it per process), the daemon's cache %.0f MiB, its "
 	       "budget in use %.0f MiB\n",
-	       n, pss_local, pss_shared, pss_shared / pss_local, prompt_mib,
+	       n, hugetlb ? " (2 MiB huge pages)" : "",
+	       hugetlb ? " and the huge pages in use" : "", pss_local,
+	       pss_shared, pss_shared / pss_local, prompt_mib,
 	       own, (double)st.bytes_shared / MIB,
 	       (double)st.bytes_used / MIB);
 	if ((double)st.bytes_shared / MIB > prompt_mib + 0.5 ||
@@ -734,7 +774,7 @@ static int prompts(int n)
 }
 
 enum { OPT_BUDGET = 1, OPT_CLIENT, OPT_MIB, OPT_EVICTABLE, OPT_PROMPTS,
-       OPT_PROMPT_CHILD, OPT_PROMPT_TOKENS, OPT_LAYERS };
+       OPT_PROMPT_CHILD, OPT_PROMPT_TOKENS, OPT_LAYERS, OPT_HUGETLB };
 
 static const struct sbc_opt opts[] = {
 	{OPT_BUDGET, "--budget-mib", "N", "the daemon's budget (default 512)"},
@@ -749,6 +789,9 @@ static const struct sbc_opt opts[] = {
 	{OPT_PROMPT_TOKENS, "--prompt-tokens", "P", "--prompts: the prompt's "
 	 "tokens (default 2048)"},
 	{OPT_LAYERS, "--layers", "L", "--prompts: layers (default 36)"},
+	{OPT_HUGETLB, "--hugetlb", NULL, "--prompts: pools on 2 MiB huge "
+	 "pages (reserved: vm.nr_hugepages), the daemon's cache too "
+	 "(sparsebufd --hugetlb: the one at --client must be)"},
 	{0},
 };
 
@@ -787,6 +830,8 @@ int main(int argc, char **argv)
 			prompt_tokens = (size_t)sbc_int(&cli, v, 128, 1 << 16);
 		else if (opt == OPT_LAYERS)
 			layers = (int)sbc_int(&cli, v, 1, 128);
+		else if (opt == OPT_HUGETLB)
+			hugetlb = true, prompt_page = (size_t)2 << 20;
 		else
 			sbc_fail(&cli, "unexpected argument '%s'", v);
 	}

@@ -37,6 +37,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define CACHE_HEAP_BYTES ((uint64_t)8 << 20)
@@ -148,7 +149,7 @@ static struct sbd_cheap *heap_new(struct sbd_server *s, struct sbd_cache *k,
 	h->pins = calloc(n, sizeof(*h->pins));
 	h->inuse = calloc(n, 1);
 	h->blk = calloc(n, sizeof(*h->blk));
-	h->fd = sbd_heap_file("sparsebufd-cache", k->heap_bytes, false);
+	h->fd = sbd_heap_file("sparsebufd-cache", k->heap_bytes, s->hugetlb);
 	if (!h->pins || !h->inuse || !h->blk || h->fd < 0) {
 		if (h->fd >= 0)
 			close(h->fd);
@@ -212,6 +213,7 @@ static int pages_take(struct sbd_server *s, struct sbd_cache *k, uid_t uid,
 		      uint32_t n, uint64_t *out)
 {
 	uint32_t got = 0;
+	bool ok;
 
 	for (size_t i = 0; i < k->nheaps && got < n; i++) {
 		struct sbd_cheap *h = k->heaps[i];
@@ -238,7 +240,16 @@ static int pages_take(struct sbd_server *s, struct sbd_cache *k, uid_t uid,
 	}
 	s->used += (uint64_t)got * s->page_size;
 	s->cache_bytes += (uint64_t)got * s->page_size;
-	if (got == n)
+	/* Huge pages are allocated now, while an answer can still say no: a
+	 * client writing a page of a hugetlbfs file that has none, when no
+	 * huge page is free, gets SIGBUS. (A shmem page is allocated by the
+	 * write that fills it.) */
+	ok = got == n;
+	for (uint32_t i = 0; s->hugetlb && ok && i < got; i++)
+		ok = fallocate(heap_by_id(k, SBD_PREF_HEAP(out[i]))->fd, 0,
+			       (off_t)(SBD_PREF_IDX(out[i]) * s->page_size),
+			       (off_t)s->page_size) == 0;
+	if (ok)
 		return 0;
 	for (uint32_t i = 0; i < got; i++)
 		page_release(s, k, out[i]);
@@ -400,6 +411,28 @@ static bool copy_page(int from, off_t from_off, int to, off_t to_off,
 	       pwrite(to, buf, len, to_off) == (ssize_t)len;
 }
 
+/* A spilled page read back into page off of cache heap fd. hugetlbfs has
+ * no write(2): there the page (allocated by pages_take) is read into
+ * through a mapping of it, made for the copy alone. */
+static bool copy_in(struct sbd_server *s, off_t from_off, int fd, off_t off,
+		    char *buf)
+{
+	void *p;
+	bool ok;
+
+	if (!s->hugetlb)
+		return copy_page(s->spill_fd, from_off, fd, off, buf,
+				 s->page_size);
+	p = mmap(NULL, s->page_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+		 off);
+	if (p == MAP_FAILED)
+		return false;
+	ok = pread(s->spill_fd, p, s->page_size, from_off) ==
+	     (ssize_t)s->page_size;
+	munmap(p, s->page_size);
+	return ok;
+}
+
 /* b's pages to the spill file, their memory back; b stays findable.
  * false (nothing changed) when the file is full or the disk refuses. */
 static bool block_spill(struct sbd_server *s, struct sbd_cache *k,
@@ -478,9 +511,9 @@ static int block_unspill(struct sbd_server *s, struct sbd_cache *k,
 	for (uint32_t i = 0; i < b->npages && r == 0; i++) {
 		struct sbd_cheap *h = heap_by_id(k, SBD_PREF_HEAP(pages[i]));
 
-		if (!copy_page(s->spill_fd, (off_t)b->pages[i], h->fd,
-			       (off_t)(SBD_PREF_IDX(pages[i]) * s->page_size),
-			       buf, s->page_size))
+		if (!copy_in(s, (off_t)b->pages[i], h->fd,
+			     (off_t)(SBD_PREF_IDX(pages[i]) * s->page_size),
+			     buf))
 			r = -EIO;
 	}
 	if (r < 0) {

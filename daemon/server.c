@@ -181,7 +181,10 @@ static void heap(struct sbd_server *s, struct sbd_client *c, uint32_t seq,
 		c->heaps = h;
 		c->heap_cap = cap;
 	}
-	fd = sbd_heap_file("sparsebufd-heap", bytes, false);
+	/* A huge-page client's heaps are hugetlbfs files (the client checks
+	 * the kind: dclient.c); a size that is not whole huge pages, or no
+	 * hugetlbfs here, is an error it falls back from. */
+	fd = sbd_heap_file("sparsebufd-heap", bytes, c->hugetlb);
 	if (fd < 0) {
 		sbd_reply(s, c, seq, fd, 0, 0, 0, -1);
 		return;
@@ -230,6 +233,7 @@ static bool serve(struct sbd_server *s, struct sbd_client *c,
 		}
 		c->hello = true;
 		c->control = m->d & SBD_HELLO_CONTROL;
+		c->hugetlb = m->d & SBD_HELLO_HUGETLB;
 		c->page_size = c->control ? 4096 : m->c;
 		if (!c->control && m->b) {
 			/* Back after a restart, holding pages already. What
@@ -251,15 +255,22 @@ static bool serve(struct sbd_server *s, struct sbd_client *c,
 				claim < m->b ? " (claimed more: capped)" : "");
 		} else if (s->verbose) {
 			sbd_log("client %u (pid %d, uid %u): %s, %llu KiB "
-				"pages", c->id, (int)c->pid, (unsigned)c->uid,
+				"pages%s", c->id, (int)c->pid, (unsigned)c->uid,
 				c->control ? "control" : "connected",
-				(unsigned long long)(c->page_size >> 10));
+				(unsigned long long)(c->page_size >> 10),
+				c->hugetlb ? " (huge pages)" : "");
 		}
 		{
+			/* The cache's page size, to clients whose heaps are
+			 * of the cache's kind: a cache page is placed in the
+			 * client's buffers as one of its own heap's. */
 			struct sbd_msg r = {.magic = SBD_MAGIC,
 					    .type = SBD_REPLY, .seq = m->seq,
 					    .a = c->id, .b = s->max_bytes,
-					    .c = s->page_size, .d = c->lease};
+					    .c = c->hugetlb == s->hugetlb
+							 ? s->page_size
+							 : 0,
+					    .d = c->lease};
 
 			sbd_send(c->fd, &r, NULL, -1);
 		}
@@ -323,6 +334,11 @@ static bool serve(struct sbd_server *s, struct sbd_client *c,
 	case SBD_CACHE_MODEL:
 		if (c->page_size != s->page_size) {
 			*why = "used the cache with another page size";
+			return false;
+		}
+		if (c->hugetlb != s->hugetlb) {
+			*why = "used the cache with another kind of heap "
+			       "(huge pages or not)";
 			return false;
 		}
 		return sbd_cache_serve(s, c, m, payload, why);

@@ -28,6 +28,7 @@ struct sbd_client {
 	gid_t gid;
 	bool hello;		/* said HELLO */
 	bool control;		/* sparsebufctl: no budget */
+	bool hugetlb;		/* its heaps are huge pages (SBD_HELLO_HUGETLB) */
 	uint64_t page_size;
 	uint64_t lease;		/* bytes it may hold: counted in the budget */
 	uint64_t floor;		/* bytes reserved for it (SBD_FLOOR) */
@@ -56,6 +57,7 @@ struct sbd_server {
 	uint64_t max_floor;	/* --max-floor: the largest floor granted */
 	uint64_t floors;	/* the clients' floors, summed */
 	uint64_t page_size;
+	bool hugetlb;		/* --hugetlb: the cache's heaps are huge pages */
 	gid_t group;		/* --group, else (gid_t)-1 */
 	uid_t self_uid;
 	struct sbd_client *clients;

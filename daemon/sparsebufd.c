@@ -4,8 +4,8 @@
  * machine (docs/daemon.md).
  *
  *   sparsebufd --socket PATH --max-bytes SIZE [--page-size SIZE]
- *              [--max-floor SIZE] [--spill-dir DIR] [--group NAME]
- *              [--foreground] [--verbose]
+ *              [--hugetlb] [--max-floor SIZE] [--spill-dir DIR]
+ *              [--group NAME] [--foreground] [--verbose]
  *
  * Client pools (SPARSEBUF_DAEMON=PATH, or sb_pool_connect) lease pages
  * from the budget, a chunk at a time; when it is full the daemon asks the
@@ -29,14 +29,15 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/vfs.h>
 #include <syslog.h>
 #include <unistd.h>
 
 extern bool sbd_use_syslog;
 
 enum {
-	O_SOCKET = 1, O_MAX, O_PAGE, O_FLOOR, O_SPILL, O_GROUP, O_FG,
-	O_VERBOSE
+	O_SOCKET = 1, O_MAX, O_PAGE, O_HUGETLB, O_FLOOR, O_SPILL, O_GROUP,
+	O_FG, O_VERBOSE
 };
 
 static const struct sbc_opt opts[] = {
@@ -45,7 +46,11 @@ static const struct sbc_opt opts[] = {
 	{O_MAX, "--max-bytes", "SIZE", "the machine's budget: every client's "
 	 "pages, reserve and unused lease together (K/M/G/T)"},
 	{O_PAGE, "--page-size", "SIZE", "the page size announced to clients "
-	 "(default 256K); a client may use another: leases are in bytes"},
+	 "(default 256K, with --hugetlb the huge page size); a client may "
+	 "use another: leases are in bytes"},
+	{O_HUGETLB, "--hugetlb", NULL, "the prefix cache's pages are huge "
+	 "pages (vm.nr_hugepages), for clients whose heaps are "
+	 "(SPARSEBUF_HUGETLB=1); others then do not use the cache"},
 	{O_FLOOR, "--max-floor", "SIZE", "the most of the budget one user's "
 	 "clients may have reserved together (their SPARSEBUF_MIN_BYTES; "
 	 "default 0: none)"},
@@ -61,6 +66,26 @@ static const struct sbc_opt opts[] = {
 
 /* An unlinked file in dir, or -errno: nothing is left behind, whatever
  * way the daemon ends. */
+/* The size of the huge pages a hugetlbfs memfd gets (the system's
+ * default), or 0 with errno set when none can be made. */
+static uint64_t huge_page_bytes(void)
+{
+	struct statfs sf;
+	int fd = sbd_heap_file("sparsebufd-probe", 0, true);
+	uint64_t huge = 0;
+
+	if (fd < 0) {
+		errno = -fd;
+		return 0;
+	}
+	if (fstatfs(fd, &sf) == 0 && sf.f_bsize > 0)
+		huge = (uint64_t)sf.f_bsize;
+	close(fd);
+	if (!huge)
+		errno = EOPNOTSUPP;
+	return huge;
+}
+
 static int spill_file(const char *dir)
 {
 	char path[4096];
@@ -143,7 +168,7 @@ int main(int argc, char **argv)
 		.opts = opts,
 	};
 	struct sbd_server s = {.page_size = 256 << 10, .group = (gid_t)-1};
-	bool fg = false;
+	bool fg = false, page_given = false;
 	const char *floor_arg = NULL;
 	const char *val;
 	struct rlimit rl;
@@ -165,6 +190,10 @@ int main(int argc, char **argv)
 			if (s.page_size & (s.page_size - 1))
 				sbc_fail(&cli, "--page-size %s: not a power "
 					 "of two", val);
+			page_given = true;
+			break;
+		case O_HUGETLB:
+			s.hugetlb = true;
 			break;
 		case O_FLOOR:
 			s.max_floor = sbc_size(&cli, val, 0,
@@ -199,6 +228,21 @@ int main(int argc, char **argv)
 	}
 	if (!s.max_bytes)
 		sbc_fail(&cli, "--max-bytes is required");
+	if (s.hugetlb) {
+		uint64_t huge = huge_page_bytes();
+
+		if (!huge)
+			sbc_fail(&cli, "--hugetlb: this kernel makes no "
+				 "hugetlbfs memfd (MFD_HUGETLB): %s",
+				 strerror(errno));
+		if (!page_given)
+			s.page_size = huge;
+		if (s.page_size % huge)
+			sbc_fail(&cli, "--page-size %llu KiB: not a multiple "
+				 "of the huge page size (%llu KiB)",
+				 (unsigned long long)(s.page_size >> 10),
+				 (unsigned long long)(huge >> 10));
+	}
 	s.max_bytes &= ~(uint64_t)4095;
 	s.max_floor &= ~(uint64_t)4095;
 	if (s.max_floor > s.max_bytes)
@@ -242,9 +286,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	sbd_loop_every(s.loop, 50, on_tick, &s);
-	sbd_log("listening on %s: budget %llu MiB, %llu KiB pages (pid %d)",
+	sbd_log("listening on %s: budget %llu MiB, %llu KiB pages%s (pid %d)",
 		s.socket_path, (unsigned long long)(s.max_bytes >> 20),
-		(unsigned long long)(s.page_size >> 10), (int)getpid());
+		(unsigned long long)(s.page_size >> 10),
+		s.hugetlb ? " (the cache's: huge pages)" : "", (int)getpid());
 	r = sbd_loop_run(s.loop);
 	sbd_server_close(&s);
 	sbd_loop_free(s.loop);

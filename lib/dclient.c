@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,6 +43,7 @@ struct dheap {
 struct sbi_dclient {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	size_t page_size;
+	bool hugetlb;			/* heaps of huge pages (HELLO flag) */
 	uint64_t floor;			/* asked for after every HELLO */
 	int quit_fd;
 	pthread_t reader;
@@ -169,6 +171,7 @@ static int hello(struct sbi_dclient *c)
 	struct sbd_msg m = {
 		.magic = SBD_MAGIC, .type = SBD_HELLO, .seq = 1,
 		.a = SBD_VERSION, .c = c->page_size,
+		.d = c->hugetlb ? SBD_HELLO_HUGETLB : 0,
 	};
 	struct sbd_msg fm = {
 		.magic = SBD_MAGIC, .type = SBD_FLOOR, .seq = 2,
@@ -384,7 +387,7 @@ static void *reader(void *arg)
 }
 
 struct sbi_dclient *sbi_dclient_open(const char *path, size_t page_size,
-				     uint64_t floor, int *err)
+				     bool hugetlb, uint64_t floor, int *err)
 {
 	struct sbi_dclient *c;
 	int s;
@@ -401,6 +404,7 @@ struct sbi_dclient *sbi_dclient_open(const char *path, size_t page_size,
 	}
 	strcpy(c->path, path);
 	c->page_size = page_size;
+	c->hugetlb = hugetlb;
 	c->floor = floor;
 	c->sock = -1;
 	c->reply_fd = -1;
@@ -621,12 +625,23 @@ void sbi_dclient_tell(struct sbi_dclient *c, unsigned type, uint64_t a,
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* Is fd a memfd of `bytes`, sealed against resizing? */
-static bool heap_fd_ok(int fd, uint64_t bytes)
+#ifndef HUGETLBFS_MAGIC
+#define HUGETLBFS_MAGIC 0x958458f6
+#endif
+
+/* Is fd a memfd of `bytes`, sealed against resizing, and of the kind of
+ * heap this client asked for (hugetlbfs or not)? A shmem file mapped as a
+ * huge-page heap would be zeroed with fallocate, which leaves its data,
+ * and a hugetlbfs one as shmem would refuse every write(2). */
+static bool heap_fd_ok(const struct sbi_dclient *c, int fd, uint64_t bytes)
 {
+	struct statfs sf;
 	struct stat st;
 	int seals = fcntl(fd, F_GET_SEALS);
 
+	if (fstatfs(fd, &sf) < 0 ||
+	    (sf.f_type == HUGETLBFS_MAGIC) != c->hugetlb)
+		return false;
 	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
 	       (uint64_t)st.st_size == bytes && seals >= 0 &&
 	       (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) ==
@@ -639,15 +654,18 @@ int sbi_dclient_heap(struct sbi_dclient *c, uint64_t bytes, int wait_ms)
 	struct sbd_msg m = {.type = SBD_HEAP, .a = bytes}, rep;
 	uint64_t gen = 0;
 	int fd = -1, r;
+	bool ok, id_ok;
 
 	r = request(c, &m, sbi_mono_ms() + (uint64_t)wait_ms, &rep, &fd, &gen);
 	if (r < 0)
 		return r;
-	if (rep.err == -EMFILE && rep.a && rep.a <= UINT32_MAX) {
+	id_ok = rep.a && rep.a <= UINT32_MAX;
+	ok = !rep.err && id_ok && fd >= 0 && heap_fd_ok(c, fd, bytes);
+	if (id_ok && !ok && (!rep.err || rep.err == -EMFILE)) {
 		/* Made, but its file did not reach us (the reader marks a
-		 * reply whose descriptor this process had no room for):
-		 * the daemon's record of it goes, or every try would leave
-		 * one. */
+		 * reply whose descriptor this process had no room for), or
+		 * is not one we can use (not of our kind): the daemon's
+		 * record of it goes, or every try would leave one. */
 		struct sbd_msg f = {.magic = SBD_MAGIC, .type = SBD_HEAP_FREE,
 				    .a = rep.a};
 
@@ -659,8 +677,7 @@ int sbi_dclient_heap(struct sbi_dclient *c, uint64_t bytes, int wait_ms)
 		}
 		pthread_mutex_unlock(&c->lock);
 	}
-	if (rep.err < 0 || fd < 0 || !heap_fd_ok(fd, bytes) || !rep.a ||
-	    rep.a > UINT32_MAX) {
+	if (!ok) {
 		if (fd >= 0)
 			close(fd);
 		return rep.err < 0 ? (int)rep.err : -EPROTO;
@@ -733,7 +750,10 @@ void sbi_dclient_stash_heaps(struct sbi_dclient *c, uint64_t bytes, int want)
 		if (n >= want || sbi_mono_ms() < c->stash_retry_ms)
 			return;
 		fd = sbi_dclient_heap(c, bytes, 200);
-		if (fd == -EMFILE)	/* not every 5 ms while we are full */
+		/* Not every 5 ms while we are full, or while the daemon
+		 * cannot make what we ask (hugetlbfs): the pool makes its
+		 * heaps meanwhile. */
+		if (fd < 0 && fd != -ETIMEDOUT && fd != -ENOTCONN)
 			c->stash_retry_ms = sbi_mono_ms() + 1000;
 		if (fd < 0)
 			return;
@@ -910,7 +930,7 @@ int sbi_dclient_cache_heap(struct sbi_dclient *c, uint32_t id, uint64_t gen,
 	if (r == 0 && rep.err < 0)
 		r = (int)rep.err;
 	if (r == 0 && (fd < 0 || !rep.a || rep.a > SBD_MAX_BYTES ||
-		       !heap_fd_ok(fd, rep.a)))
+		       !heap_fd_ok(c, fd, rep.a)))
 		r = -EPROTO;
 	if (r < 0) {
 		if (fd >= 0)

@@ -63,7 +63,9 @@ int sbd_msg_check(const void *buf, size_t n, unsigned nfds, bool from_daemon,
 	case SBD_HELLO:
 		if (!m->seq || m->a != SBD_VERSION || !size_ok(m->b, true) ||
 		    (m->c & (m->c - 1)) || m->c > ((uint64_t)1 << 30) ||
-		    (m->d & ~(uint64_t)SBD_HELLO_CONTROL))
+		    (m->d & ~(uint64_t)(SBD_HELLO_CONTROL |
+					       SBD_HELLO_HUGETLB)) ||
+		    (m->d & SBD_HELLO_CONTROL && m->d & SBD_HELLO_HUGETLB))
 			return -EBADMSG;
 		if (!(m->d & SBD_HELLO_CONTROL) && m->c < 4096)
 			return -EBADMSG;

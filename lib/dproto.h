@@ -33,8 +33,10 @@ enum sbd_type {
 	SBD_HELLO = 1,	/* a: version, b: bytes held already (a reconnect),
 			 * c: page size, d: flags (SBD_HELLO_*). Reply: a:
 			 * client id, b: the daemon's max_bytes, c: its page
-			 * size, d: the lease it counts for the client (what
-			 * b claimed, at most max_bytes). */
+			 * size (its cache's; 0: no cache for this kind of
+			 * heap, SBD_HELLO_HUGETLB), d: the lease it counts
+			 * for the client (what b claimed, at most
+			 * max_bytes). */
 	SBD_LEASE,	/* a: bytes needed at least, b: bytes wanted, c/d:
 			 * resident/used bytes. Reply a: bytes granted (>= a),
 			 * or err -ENOMEM when nothing anywhere could be freed
@@ -111,6 +113,13 @@ struct sbd_cache_entry {
 
 /* HELLO flags */
 #define SBD_HELLO_CONTROL 1u	/* sparsebufctl: no budget, status only */
+/* The client's heaps are huge pages (SB_POOL_HUGETLB): its HEAP replies
+ * are hugetlbfs memfds, its page size a multiple of the huge page size.
+ * The HELLO's reply then gives the cache's page size (c) only when the
+ * daemon's cache is on huge pages too (sparsebufd --hugetlb), and 0 to
+ * every client whose heaps are not of the cache's kind: such a client
+ * does not use the cache. */
+#define SBD_HELLO_HUGETLB 2u
 
 struct sbd_msg {
 	uint32_t magic;		/* SBD_MAGIC */

@@ -108,9 +108,9 @@ fail:
 }
 
 struct sbi_heap *sbi_heap_import(int fd, off_t off, size_t bytes,
-				 size_t page_size, int *err)
+				 size_t page_size, bool hugetlb, int *err)
 {
-	struct sbi_heap *h = heap_map(fd, off, bytes, page_size, false, err);
+	struct sbi_heap *h = heap_map(fd, off, bytes, page_size, hugetlb, err);
 
 	if (!h) {
 		close(fd);

@@ -72,7 +72,7 @@ static int import_heap(struct sb_pool *pool, uint64_t gen, uint32_t id)
 			fd = -1;	/* the last window's now */
 		w[n] = sbi_heap_import(wfd, (off_t)(base * pool->page_size),
 				       k * pool->page_size, pool->page_size,
-				       &r);
+				       pool->hugetlb, &r);
 		if (!w[n])
 			break;
 		w[n]->fid = id;

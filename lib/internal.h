@@ -269,8 +269,9 @@ struct sbi_page_source {
 struct sbi_page_source sbi_memfd_source(bool hugetlb);
 struct sbi_dclient;
 /* Heaps from sparsebufd through c, the process's own memfds while it is
- * away (a heap is address space; memory is what the lease counts). */
-struct sbi_page_source sbi_daemon_source(struct sbi_dclient *c);
+ * away (a heap is address space; memory is what the lease counts);
+ * hugetlb: on the system's huge pages, both. */
+struct sbi_page_source sbi_daemon_source(struct sbi_dclient *c, bool hugetlb);
 
 /* ---- dclient.c: a client pool's connection to sparsebufd ----------------*/
 
@@ -292,7 +293,7 @@ struct sbi_dclient_cbs {
  * -ECONNREFUSED: no daemon; -EACCES; -EPROTO; the floor refused: -EPERM,
  * -ENOSPC). */
 struct sbi_dclient *sbi_dclient_open(const char *path, size_t page_size,
-				     uint64_t floor, int *err);
+				     bool hugetlb, uint64_t floor, int *err);
 /* Start its reader thread (replies, reclaims, reconnection). */
 int sbi_dclient_start(struct sbi_dclient *c, const struct sbi_dclient_cbs *cbs);
 void sbi_dclient_close(struct sbi_dclient *c);
@@ -364,9 +365,10 @@ struct sbi_heap *sbi_heap_create(const struct sbi_page_source *src,
 				 size_t heap_size, size_t page_size,
 				 int numa_node, int *err);
 /* A heap of bytes over fd (taken: closed on failure too), imported from
- * sparsebufd's cache: every page FOREIGN. */
+ * sparsebufd's cache: every page FOREIGN. hugetlb: fd is on hugetlbfs
+ * (the pool's own heaps are). */
 struct sbi_heap *sbi_heap_import(int fd, off_t off, size_t bytes,
-				 size_t page_size, int *err);
+				 size_t page_size, bool hugetlb, int *err);
 /* Unmap it and give its file back to src (an imported heap's file is
  * only closed). */
 void sbi_heap_destroy(const struct sbi_page_source *src, struct sbi_heap *heap,

@@ -138,12 +138,6 @@ SB_API struct sb_pool *sb_pool_connect_sz(const char *path,
 		return fail(err, r);
 	if (sbi_opts_check(&o))
 		return pool_create(&o, NULL, err);	/* says why */
-	if (o.flags & SB_POOL_HUGETLB) {
-		sbi_err("sb_pool_connect: huge-page heaps (SB_POOL_HUGETLB, "
-			"SPARSEBUF_HUGETLB) are for local pools: sparsebufd "
-			"hands out shmem heaps");
-		return fail(err, -EOPNOTSUPP);
-	}
 	/* A floor is whole pages (the pool's budget is counted in them),
 	 * and a size the protocol carries. */
 	if (o.min_bytes > SBD_MAX_BYTES - o.page_size) {
@@ -155,7 +149,8 @@ SB_API struct sb_pool *sb_pool_connect_sz(const char *path,
 	}
 	if (o.min_bytes % o.page_size)
 		o.min_bytes += o.page_size - o.min_bytes % o.page_size;
-	c = sbi_dclient_open(path, o.page_size, o.min_bytes, &r);
+	c = sbi_dclient_open(path, o.page_size, o.flags & SB_POOL_HUGETLB,
+			     o.min_bytes, &r);
 	if (!c && o.min_bytes && (r == -EPERM || r == -ENOSPC)) {
 		/* Asked for explicitly: said whatever the log level. */
 		sbi_err("sb_pool_connect: sparsebufd at %s refused a floor of "
@@ -212,12 +207,6 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	 * MADV_COLLAPSE, or the setting changed later, can still make such
 	 * folios there: on such a kernel nothing catches that.) */
 	hugetlb = opts->flags & SB_POOL_HUGETLB;
-	if (hugetlb && client) {
-		sbi_err("sb_pool_connect: huge-page heaps (SB_POOL_HUGETLB, "
-			"SPARSEBUF_HUGETLB) are for local pools: sparsebufd "
-			"hands out shmem heaps");
-		return fail_client(client, err, -EOPNOTSUPP);
-	}
 	/* hugetlbfs heaps have no folio smaller than a page (their pages are
 	 * whole huge pages), whatever shmem_enabled says. */
 	folio = hugetlb ? 0 : sbi_shmem_folio_bytes();
@@ -247,7 +236,7 @@ static struct sb_pool *pool_create(const struct sb_pool_opts *opts,
 	pool->big_folios = big_folios;
 	/* The pages come from the page source; so does the budget. */
 	pool->hugetlb = hugetlb;
-	pool->source = client ? sbi_daemon_source(client)
+	pool->source = client ? sbi_daemon_source(client, hugetlb)
 			      : sbi_memfd_source(hugetlb);
 	pool->max_bytes =
 		pool->source.ops->budget(pool->source.ctx, opts->max_bytes);
@@ -566,16 +555,6 @@ static void make_default(void)
 		return;
 	}
 	sbi_env_opts(&opts, sizeof(opts));
-	if (sbi_env_daemon() && (opts.flags & SB_POOL_HUGETLB)) {
-		/* Not a missing daemon: running alone would leave the
-		 * machine's budget without saying so. */
-		sbi_err("the default pool is unavailable: SPARSEBUF_HUGETLB=1 "
-			"and SPARSEBUF_DAEMON=%s: sparsebufd hands out shmem "
-			"heaps, huge-page heaps are for local pools",
-			sbi_env_daemon());
-		default_err = -EOPNOTSUPP;
-		return;
-	}
 	if (sbi_env_daemon()) {
 		/* SPARSEBUF_DAEMON: a client of sparsebufd. No daemon now:
 		 * SPARSEBUF_DAEMON_FALLBACK says whether to run alone. With

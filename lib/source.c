@@ -87,6 +87,13 @@ static int daemon_heap_fd(void *ctx, size_t bytes)
 	return fd >= 0 ? fd : memfd_heap_fd(NULL, bytes);
 }
 
+static int daemon_hugetlb_heap_fd(void *ctx, size_t bytes)
+{
+	int fd = sbi_dclient_take_heap(ctx, bytes);
+
+	return fd >= 0 ? fd : hugetlb_heap_fd(NULL, bytes);
+}
+
 static void daemon_heap_release(void *ctx, int fd, size_t bytes)
 {
 	memfd_heap_release(NULL, fd, bytes);
@@ -106,7 +113,19 @@ static const struct sbi_page_source_ops daemon_ops = {
 	.budget = daemon_budget,
 };
 
-struct sbi_page_source sbi_daemon_source(struct sbi_dclient *c)
+/* The daemon's hugetlbfs memfds (the client said SBD_HELLO_HUGETLB; the
+ * connection takes no other kind, dclient.c). */
+static const struct sbi_page_source_ops daemon_hugetlb_ops = {
+	.name = "sparsebufd (huge pages)",
+	.hugetlb = true,
+	.heap_fd = daemon_hugetlb_heap_fd,
+	.heap_release = daemon_heap_release,
+	.budget = daemon_budget,
+};
+
+struct sbi_page_source sbi_daemon_source(struct sbi_dclient *c,
+					 bool hugetlb)
 {
-	return (struct sbi_page_source){&daemon_ops, c};
+	return (struct sbi_page_source){
+		hugetlb ? &daemon_hugetlb_ops : &daemon_ops, c};
 }

@@ -230,6 +230,23 @@ static inline bool shmem_folios_big(void)
 			usleep(1000);                                        \
 	} while (0)
 
+/* A "Name:   value" line of /proc/meminfo: the value as written (kB for
+ * sizes, a count for HugePages_*), -1 when absent. */
+static inline long meminfo(const char *name)
+{
+	char line[128];
+	size_t n = strlen(name);
+	long v = -1;
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	CHECK(f != NULL);
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, name, n) && line[n] == ':')
+			v = strtol(line + n + 1, NULL, 10);
+	fclose(f);
+	return v;
+}
+
 /* Lines of /proc/self/maps that overlap [lo, lo + len) (len 0: any) and
  * contain `what` (NULL: any). */
 static inline long maps_count(const void *lo, size_t len, const char *what)

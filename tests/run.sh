@@ -7,12 +7,13 @@
 # than a CPU busy (faults, I/O, their children): two at once take the
 # suite from 204 to 152 s on 2 vCPUs, TSan's from 482 to 395. A test in
 # `alone` runs with nothing beside it: test_inject lowers
-# vm.max_map_count, which is the whole machine's.
+# vm.max_map_count, which is the whole machine's; test_daemon_hugetlb
+# counts the machine's free huge pages, which test_hugetlb uses too.
 dir=${1:-build/tests}
 timeout_s=${TEST_TIMEOUT:-600}
 jobs=${TEST_JOBS:-2}
 case $jobs in '' | *[!0-9]* | 0) jobs=1 ;; esac
-alone=" test_inject "
+alone=" test_inject test_daemon_hugetlb "
 logdir="$dir/logs"
 # This run's reports and the pids of its timeouts, apart from any other
 # run's (one interrupted a moment ago may still be ending).
@@ -105,18 +106,21 @@ stop() {
 }
 trap stop INT TERM
 tests=${TESTS:-$(cd "$dir" && ls | grep '^test_' | sort)}
-# test_hugetlb needs 64 huge pages free (128 MiB): reserved for the run
-# where we may (root), put back at its end, and by the next script's
-# knob_stale after a kill -9. Without them it skips, saying why.
+# test_hugetlb and test_daemon_hugetlb need 64 huge pages free each (128
+# MiB), and may run at once: reserved for the run where we may (root), put
+# back at its end, and by the next script's knob_stale after a kill -9.
+# Without them they skip, saying why.
 hugepages=/proc/sys/vm/nr_hugepages
-case " $(echo $tests) " in
-*" test_hugetlb "*)
-	if [ -w "$hugepages" ] && [ -x "$dir/test_hugetlb" ]; then
-		trap knob_restore EXIT
-		knob_hugepages 64 >/dev/null || true
-	fi
-	;;
-esac
+huge_need=0
+for t in test_hugetlb test_daemon_hugetlb; do
+	case " $(echo $tests) " in
+	*" $t "*) [ -x "$dir/$t" ] && huge_need=$((huge_need + 64)) ;;
+	esac
+done
+if [ $huge_need -gt 0 ] && [ -w "$hugepages" ]; then
+	trap knob_restore EXIT
+	knob_hugepages $huge_need >/dev/null || true
+fi
 # The longest first (under the sanitizers too), so that the last test
 # to end is not one that started last; the one that runs alone before.
 first="test_inject test_stress test_daemon test_flash test_hugetlb test_share test_chaos test_cli test_leaks test_evict_busy"

@@ -11,131 +11,23 @@
  * a temporary directory; clients are this program again (--child).
  */
 #include "harness.h"
-#include "dproto.h"
-#include "sparsebuf_kv.h"
 
 #include <fcntl.h>
-#include <libgen.h>
-#include <limits.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/un.h>
 
 #define PAGE (256 * KiB)
+/* The prompts (harness_daemon.h): 2 blocks of 1024 positions, 256-byte
+ * rows. */
+#define KV_L 4
+#define KV_HEADS 2
+#define KV_HEAD_DIM 64
+#define KV_TOKENS 2048
 
-static char dir[64], sock_path[100], daemon_bin[PATH_MAX];
-static pid_t daemon_pid;
+#include "harness_daemon.h"
 
 /* lib/lease.c: a client pool that a daemon holds now (not alone). */
 bool sbi_pool_is_leased(struct sb_pool *pool);
-
-/* ---- the daemon ------------------------------------------------------- */
-
-static int connect_sock(const char *path)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
-/* A failed check exits: the daemon must not outlive the test. */
-static void kill_daemon(void)
-{
-	if (daemon_pid > 0)
-		kill(daemon_pid, SIGKILL);
-}
-
-/* Start sparsebufd with a budget of max, and --max-floor floor when not
- * NULL. */
-static void start_daemon_floor(const char *max, const char *floor)
-{
-	/* SBD_TEST_VERBOSE=1: the daemon logs every lease and reclaim. */
-	char *argv[10] = {daemon_bin, (char *)"--socket", sock_path,
-			  (char *)"--max-bytes", (char *)max,
-			  (char *)"--foreground"};
-	int n = 6;
-	double t0 = now_s();
-	pid_t parent = getpid();
-	int fd;
-
-	if (floor) {
-		argv[n++] = (char *)"--max-floor";
-		argv[n++] = (char *)floor;
-	}
-	if (getenv("SBD_TEST_VERBOSE"))
-		argv[n++] = (char *)"--verbose";
-	daemon_pid = fork();
-	CHECK(daemon_pid >= 0);
-	if (daemon_pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(1);
-		execv(daemon_bin, argv);
-		_exit(127);
-	}
-	while ((fd = connect_sock(sock_path)) < 0) {
-		if (now_s() - t0 > 10)
-			FAIL("sparsebufd did not listen on %s", sock_path);
-		usleep(5000);
-	}
-	close(fd);
-}
-
-static void start_daemon(const char *max)
-{
-	start_daemon_floor(max, NULL);
-}
-
-static void stop_daemon(int sig)
-{
-	int st;
-
-	kill(daemon_pid, sig);
-	waitpid(daemon_pid, &st, 0);
-	if (sig == SIGTERM)
-		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	daemon_pid = 0;
-}
-
-/* Ask for the status; returns the number of clients listed (into ci). */
-static int status(struct sbd_status *st, struct sbd_client_info *ci, int max)
-{
-	static char buf[sizeof(struct sbd_msg) + SBD_MAX_PAYLOAD];
-	struct sbd_msg m = {.magic = SBD_MAGIC, .type = SBD_HELLO, .seq = 1,
-			    .a = SBD_VERSION, .d = SBD_HELLO_CONTROL};
-	int fd = connect_sock(sock_path), rfd;
-	long n;
-
-	CHECK(fd >= 0);
-	for (int k = 0; k < 2; k++) {
-		struct sbd_msg rep;
-
-		CHECK_EQ(sbd_send(fd, &m, NULL, -1), 0);
-		n = sbd_recv(fd, buf, sizeof(buf), &rfd);
-		CHECK(n > 0 && rfd < 0);
-		CHECK_EQ(sbd_msg_check(buf, (size_t)n, 0, true, &rep), 0);
-		CHECK_EQ(rep.err, 0);
-		m = (struct sbd_msg){.magic = SBD_MAGIC, .type = SBD_STATUS,
-				     .seq = 2};
-	}
-	close(fd);
-	CHECK((size_t)n >= sizeof(m) + sizeof(*st));
-	memcpy(st, buf + sizeof(m), sizeof(*st));
-	CHECK_EQ((size_t)n, sizeof(m) + sizeof(*st) +
-				    st->nclients * sizeof(*ci));
-	for (int i = 0; i < (int)st->nclients && i < max; i++)
-		memcpy(&ci[i], buf + sizeof(m) + sizeof(*st) + i * sizeof(*ci),
-		       sizeof(*ci));
-	return (int)st->nclients;
-}
 
 static uint64_t used_now(void)
 {
@@ -245,19 +137,15 @@ static int reap(pid_t pid, double timeout_s)
 	return child_exit_code(st);
 }
 
-/* ---- the machine-wide prefix cache -------------------------------------- */
-
-#define KV_L 4
-#define KV_TOKENS 2048	/* 2 blocks of 1024 positions (256-byte rows) */
-
-static struct sb_kv_config kv_config(void)
+/* Start sparsebufd with a budget of max and --max-floor floor. */
+static void start_daemon_floor(const char *max, const char *floor)
 {
-	struct sb_kv_config c = {
-		.n_layers = KV_L, .n_kv_heads = 2, .head_dim = 64,
-		.dtype = SB_KV_F16, .max_ctx = 1 << 14,
-	};
-	return c;
+	char *extra[] = {(char *)"--max-floor", (char *)floor, NULL};
+
+	start_daemon_with(max, extra);
 }
+
+/* ---- the machine-wide prefix cache -------------------------------------- */
 
 /* A client pool with a ceiling, and a cache of max bytes on it. */
 static struct sb_kv_cache *cache_client(size_t ceiling, size_t max,
@@ -274,17 +162,6 @@ static struct sb_kv_cache *cache_client(size_t ceiling, size_t max,
 	return c;
 }
 
-/* Prompt `seed`'s tokens and rows (seed 0: the shared prompt). */
-static int32_t kv_token_s(unsigned seed, size_t p)
-{
-	return (int32_t)(p * 7 + 3 + seed * 100003u);
-}
-
-static uint8_t kv_pat_s(unsigned seed, size_t p, size_t g, size_t j)
-{
-	return (uint8_t)(p * 31 + g * 7 + j + 1 + seed * 13);
-}
-
 static int32_t kv_token(size_t p)
 {
 	return kv_token_s(0, p);
@@ -295,70 +172,9 @@ static uint8_t kv_pat(size_t p, size_t g, size_t j)
 	return kv_pat_s(0, p, g, j);
 }
 
-/* The physical frame of the page at p (root: /proc/self/pagemap), 0 if
- * not present or not readable. */
-static uint64_t pfn_of(const void *p)
-{
-	uint64_t e = 0;
-	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return 0;
-	if (pread(fd, &e, 8, (off_t)((uintptr_t)p / 4096 * 8)) != 8)
-		e = 0;
-	close(fd);
-	return e >> 63 ? e & ((1ull << 55) - 1) : 0;
-}
-
-static bool kv_rows_ok_s(struct sb_kv_seq *s, unsigned seed, size_t upto)
-{
-	size_t row = sb_kv_row_bytes(s);
-
-	for (int l = 0; l < KV_L; l++)
-		for (int v = 0; v < 2; v++) {
-			const uint8_t *b = v ? sb_kv_v(s, l) : sb_kv_k(s, l);
-			size_t g = 2 * (size_t)l + (size_t)v;
-
-			for (size_t p = 0; p < upto; p++)
-				for (size_t j = 0; j < row; j += 17)
-					if (b[p * row + j] !=
-					    kv_pat_s(seed, p, g, j))
-						return false;
-		}
-	return true;
-}
-
 static bool kv_rows_ok(struct sb_kv_seq *s, size_t upto)
 {
 	return kv_rows_ok_s(s, 0, upto);
-}
-
-/* Prompt seed computed (written) into a new sequence of p. */
-static struct sb_kv_seq *kv_compute(struct sb_pool *p, unsigned seed,
-				    int32_t *toks)
-{
-	struct sb_kv_config cfg = kv_config();
-	struct sb_kv_seq *s;
-	size_t row;
-	int err = 0;
-
-	s = sb_kv_create(p, &cfg, &err);
-	CHECK(s);
-	CHECK(sb_kv_prepare(s, KV_TOKENS) >= 0);
-	row = sb_kv_row_bytes(s);
-	for (size_t i = 0; i < KV_TOKENS; i++)
-		toks[i] = kv_token_s(seed, i);
-	for (int l = 0; l < KV_L; l++)
-		for (int v = 0; v < 2; v++) {
-			uint8_t *b = v ? sb_kv_v(s, l) : sb_kv_k(s, l);
-
-			for (size_t q = 0; q < KV_TOKENS; q++)
-				for (size_t j = 0; j < row; j++)
-					b[q * row + j] =
-						kv_pat_s(seed, q, 2 * l + v, j);
-		}
-	CHECK(sb_kv_commit(s, KV_TOKENS) >= 0);
-	return s;
 }
 
 /* Puts prompts SBD_CHURN_BASE, +1, ... in a loop until killed, getting
@@ -392,17 +208,11 @@ static int child_cache_churn(void)
 static int child_cache_putn(void)
 {
 	unsigned n = (unsigned)atoi(getenv("SBD_PUT_N"));
-	int32_t toks[KV_TOKENS];
 	struct sb_kv_cache *c;
 	struct sb_pool *p;
 
 	c = cache_client(64 * MiB, 8 * MiB, &p);
-	for (unsigned seed = 1; seed <= n; seed++) {
-		struct sb_kv_seq *s = kv_compute(p, seed, toks);
-
-		CHECK_EQ(sb_kv_cache_put(c, s, toks, KV_TOKENS), KV_TOKENS);
-		sb_kv_destroy(s);
-	}
+	kv_put_range(c, p, 1, n);
 	sb_kv_cache_destroy(c);
 	sb_pool_destroy(p);
 	return 0;
@@ -413,29 +223,19 @@ static int child_cache_putn(void)
 static int child_cache_verify(void)
 {
 	unsigned max = (unsigned)atoi(getenv("SBD_CHURN_MAX"));
-	int32_t toks[KV_TOKENS];
 	struct sb_kv_cache *c;
 	struct sb_pool *p;
-	int err = 0, found = 0;
+	int found = 0;
 
 	/* Small: what it found it lets go of soon (a budget of 32 MiB). */
 	c = cache_client(256 * MiB, 4 * MiB, &p);
 	for (unsigned seed = getenv("SBD_FROM1") ? 1 : 0; seed <= max;
 	     seed++) {
-		struct sb_kv_seq *s;
-		size_t hit = 0;
+		size_t hit = kv_get_checked(c, seed);
 
-		for (size_t i = 0; i < KV_TOKENS; i++)
-			toks[i] = kv_token_s(seed, i);
-		s = sb_kv_cache_get(c, toks, KV_TOKENS, &hit, &err);
-		CHECK(s);
-		if (!kv_rows_ok_s(s, seed, hit))
-			FAIL("prompt %u: %zu positions found, not as put",
-			     seed, hit);
 		if (!seed || getenv("SBD_WANT_ALL"))
 			CHECK_EQ(hit, KV_TOKENS);
 		found += hit > 0;
-		sb_kv_destroy(s);
 	}
 	printf("cache: %d of %u prompts found, every one intact\n",
 	       found, getenv("SBD_FROM1") ? max : max + 1);
@@ -747,29 +547,10 @@ static void test_cache_spill(void)
 	char *all[] = {(char *)"SBD_CHURN_MAX=12", (char *)"SBD_WANT_ALL=1",
 		       NULL};
 	char *some[] = {(char *)"SBD_CHURN_MAX=12", NULL};
-	char *argv[] = {daemon_bin, (char *)"--socket", sock_path,
-			(char *)"--max-bytes", (char *)"32M",
-			(char *)"--spill-dir", dir, (char *)"--foreground",
-			NULL};
+	char *spill[] = {(char *)"--spill-dir", dir, NULL};
 	struct sbd_status st;
-	pid_t parent = getpid();
-	int fd;
 
-	daemon_pid = fork();
-	CHECK(daemon_pid >= 0);
-	if (daemon_pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(1);
-		execv(daemon_bin, argv);
-		_exit(127);
-	}
-	for (double t0 = now_s(); (fd = connect_sock(sock_path)) < 0;) {
-		if (now_s() - t0 > 10)
-			FAIL("sparsebufd did not listen on %s", sock_path);
-		usleep(5000);
-	}
-	close(fd);
+	start_daemon_with("32M", spill);
 	CHECK_EQ(reap(spawn_child("cache_putn", put), 60), 0);
 	status(&st, NULL, 0);
 	CHECK(st.bytes_used <= st.max_bytes);
@@ -809,21 +590,8 @@ static void test_cache_spill(void)
 			rmdir(mnt);
 			return;
 		}
-		argv[6] = mnt;
-		daemon_pid = fork();
-		CHECK(daemon_pid >= 0);
-		if (daemon_pid == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			execv(daemon_bin, argv);
-			_exit(127);
-		}
-		for (double t0 = now_s();
-		     (fd = connect_sock(sock_path)) < 0;) {
-			if (now_s() - t0 > 10)
-				FAIL("sparsebufd did not listen");
-			usleep(5000);
-		}
-		close(fd);
+		spill[1] = mnt;
+		start_daemon_with("32M", spill);
 		CHECK_EQ(reap(spawn_child("cache_putn", put), 60), 0);
 		status(&st, NULL, 0);
 		CHECK(st.bytes_used <= st.max_bytes);
@@ -1847,21 +1615,9 @@ static bool wanted(const char *name)
 
 static int main_test(void)
 {
-	char exe[PATH_MAX];
-
 	require_uffd();
-	if (!realpath("/proc/self/exe", exe))
-		FAIL("realpath /proc/self/exe");
-	snprintf(daemon_bin, sizeof(daemon_bin), "%s/../bin/sparsebufd",
-		 dirname(exe));
-	if (access(daemon_bin, X_OK) != 0)
-		FAIL("%s: not built (make)", daemon_bin);
-	snprintf(dir, sizeof(dir), "/tmp/sbd-test-XXXXXX");
-	CHECK(mkdtemp(dir));
-	snprintf(sock_path, sizeof(sock_path), "%s/sock", dir);
+	daemon_test_init("/tmp/sbd-test-XXXXXX");
 	setenv("SBD_TEST_DIR", dir, 1);
-	signal(SIGPIPE, SIG_IGN);
-	atexit(kill_daemon);
 
 	RUN_CASE(bad_options);
 	RUN_CASE(cache);
@@ -1884,13 +1640,7 @@ static int main_test(void)
 
 	if (daemon_pid)
 		stop_daemon(SIGTERM);
-	{
-		char cmd[PATH_MAX + 16];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", dir);
-	}
+	daemon_test_done();
 	printf("sparsebufd: every case passed\n");
 	return 0;
 }

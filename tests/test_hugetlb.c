@@ -37,21 +37,6 @@
 #define HEAP (16 * MiB)	/* 8 pages a heap */
 #define NEED 48		/* free huge pages the test needs */
 
-static long meminfo(const char *name)
-{
-	char line[128];
-	size_t n = strlen(name);
-	long v = -1;
-	FILE *f = fopen("/proc/meminfo", "r");
-
-	CHECK(f != NULL);
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, name, n) && line[n] == ':')
-			v = strtol(line + n + 1, NULL, 10);
-	fclose(f);
-	return v;
-}
-
 /* kB of huge pages this process maps (HugetlbPages, /proc/self/status). */
 static long hugetlb_kb(void)
 {
@@ -621,16 +606,17 @@ static int config(void)
 	CHECK(sb_pool_create(&o, &err) == NULL);
 	CHECK_EQ(err, -EINVAL);
 	o.numa_node = -1;
-	/* Refused before any daemon is looked for. */
+	/* A client of huge pages is allowed (test_daemon_hugetlb): here
+	 * there is no daemon to be one of. */
 	CHECK(sb_pool_connect("/nonexistent/sparsebufd.sock", &o, &err) ==
 	      NULL);
-	CHECK_EQ(err, -EOPNOTSUPP);
+	CHECK_EQ(err, -ENOENT);
 	CHECK(sb_features_get(&f) == 0);
 	CHECK_EQ(f.hugetlb_page_size, HUGE);
 	CHECK(f.hugetlb_pages_free >= 0 &&
 	      f.hugetlb_pages_free <= meminfo("HugePages_Free"));
 	printf("config: bad sizes, flags and a NUMA node refused with "
-	       "-EINVAL, sb_pool_connect with -EOPNOTSUPP\n");
+	       "-EINVAL\n");
 	return 0;
 }
 
@@ -666,10 +652,20 @@ static int env_on(void)
 	return 0;
 }
 
+/* SPARSEBUF_HUGETLB=1 with a SPARSEBUF_DAEMON that is not there: the
+ * default pool runs alone (SPARSEBUF_DAEMON_FALLBACK=local), on huge
+ * pages still. */
 static int env_daemon(void)
 {
-	CHECK(sb_default_pool() == NULL);
-	CHECK_EQ(sb_default_pool_error(), -EOPNOTSUPP);
+	struct sb_pool *p = sb_default_pool();
+	struct sb_stats st;
+	long kb0 = hugetlb_kb();
+
+	CHECK(p != NULL);
+	CHECK(sb_pool_stats(p, &st) == 0);
+	CHECK_EQ(st.page_size, HUGE);
+	CHECK_EQ(sb_buf_map(make_buf(p, 4 * HUGE, 0), 0, HUGE), 1);
+	CHECK(hugetlb_kb() > kb0);
 	return 0;
 }
 

@@ -222,7 +222,10 @@ static void check_accepted(const uint8_t *buf, size_t n, unsigned nfds,
 	case SBD_HELLO:
 		ok = m->a == SBD_VERSION && size_ok(m->b, true) &&
 		      !(m->c & (m->c - 1)) && m->c <= ((uint64_t)1 << 30) &&
-		      !(m->d & ~(uint64_t)SBD_HELLO_CONTROL) &&
+		      !(m->d & ~(uint64_t)(SBD_HELLO_CONTROL |
+					    SBD_HELLO_HUGETLB)) &&
+		      !((m->d & SBD_HELLO_CONTROL) &&
+			(m->d & SBD_HELLO_HUGETLB)) &&
 		      ((m->d & SBD_HELLO_CONTROL) || m->c >= 4096);
 		break;
 	case SBD_LEASE:
@@ -429,8 +432,13 @@ static bool answers(struct run *h, struct slot *sl, const struct req *r,
 {
 	switch (r->type) {
 	case SBD_HELLO:
+		/* The cache's page size to clients of its kind (huge pages
+		 * or not), 0 to the others. */
 		return !m->err && fd < 0 && !m->len && m->a == sl->id &&
-		       m->b == h->s.max_bytes && m->c == h->s.page_size &&
+		       m->b == h->s.max_bytes &&
+		       m->c == (!!(r->d & SBD_HELLO_HUGETLB) == h->s.hugetlb
+					? h->s.page_size
+					: 0) &&
 		       m->d <= h->s.max_bytes && m->d <= r->b;
 	case SBD_LEASE:
 		if (fd >= 0 || m->len)

@@ -647,6 +647,20 @@ static void dmsg_seeds(void)
 	dm_msg(1, 0, SBD_STATUS, true, 0, 0, 0, 0);
 	dm_put("cache-filler-dies");
 
+	/* A client of huge pages: a heap of whole huge pages is a hugetlbfs
+	 * file, one of 3 MiB refused; a control connection that says huge
+	 * pages is malformed; the client's cache put (the daemon's cache
+	 * being shmem here) drops it. */
+	dm_begin(255, 0, 0);
+	dm_msg(0, 0, SBD_HELLO, true, 1, 0, 2 * MiB, SBD_HELLO_HUGETLB);
+	dm_msg(0, 0, SBD_LEASE, true, 2 * MiB, 4 * MiB, 0, 0);
+	dm_msg(0, 0, SBD_HEAP, true, 4 * MiB, 0, 0, 0);
+	dm_msg(0, 0, SBD_HEAP, true, 3 * MiB, 0, 0, 0);
+	dm_msg(1, 0, SBD_HELLO, true, 1, 0, 0,
+	       SBD_HELLO_CONTROL | SBD_HELLO_HUGETLB);
+	dm_msg(0, 0, SBD_CACHE_PUT, true, 5, 0, 0, 1);
+	dm_put("hugetlb-client");
+
 	/* A control connection (root) beside two clients, asking status,
 	 * then asking for pages: dropped. */
 	dm_begin(0, 1 | 2, 0 | 2 << 2 | 3 << 4);
