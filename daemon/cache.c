@@ -209,8 +209,8 @@ static void page_release(struct sbd_server *s, struct sbd_cache *k,
 
 /* n pages of uid's heaps, counted in the budget (room checked by the
  * caller). 0 or -ENOMEM. */
-static int pages_take(struct sbd_server *s, struct sbd_cache *k, uid_t uid,
-		      uint32_t n, uint64_t *out)
+static int pages_take_once(struct sbd_server *s, struct sbd_cache *k,
+			   uid_t uid, uint32_t n, uint64_t *out)
 {
 	uint32_t got = 0;
 	bool ok;
@@ -254,6 +254,21 @@ static int pages_take(struct sbd_server *s, struct sbd_cache *k, uid_t uid,
 	for (uint32_t i = 0; i < got; i++)
 		page_release(s, k, out[i]);
 	return -ENOMEM;
+}
+
+/* The same; on huge pages, when the system has too few free (the budget
+ * does not see them: they are the second limit of docs/daemon.md, "Huge
+ * pages"), the cache's coldest blocks nobody maps make room first, as
+ * they do for the budget, and it tries once more. */
+static int pages_take(struct sbd_server *s, struct sbd_cache *k, uid_t uid,
+		      uint32_t n, uint64_t *out)
+{
+	int r = pages_take_once(s, k, uid, n, out);
+
+	if (r == -ENOMEM && s->hugetlb &&
+	    sbd_cache_shrink(s, (uint64_t)n * s->page_size))
+		r = pages_take_once(s, k, uid, n, out);
+	return r;
 }
 
 /* count pins of page idx dropped. */
@@ -491,10 +506,11 @@ static int block_unspill(struct sbd_server *s, struct sbd_cache *k,
 {
 	uint64_t bytes = (uint64_t)b->npages * s->page_size;
 	uint64_t *pages = malloc(b->npages * sizeof(*pages));
-	char *buf = malloc(s->page_size);
+	/* (copy_in reads a huge page in place) */
+	char *buf = s->hugetlb ? NULL : malloc(s->page_size);
 	int r = 0;
 
-	if (!pages || !buf) {
+	if (!pages || (!s->hugetlb && !buf)) {
 		r = -ENOMEM;
 		goto out;
 	}

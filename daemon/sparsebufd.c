@@ -64,8 +64,6 @@ static const struct sbc_opt opts[] = {
 	{0, NULL, NULL, NULL},
 };
 
-/* An unlinked file in dir, or -errno: nothing is left behind, whatever
- * way the daemon ends. */
 /* The size of the huge pages a hugetlbfs memfd gets (the system's
  * default), or 0 with errno set when none can be made. */
 static uint64_t huge_page_bytes(void)
@@ -86,6 +84,24 @@ static uint64_t huge_page_bytes(void)
 	return huge;
 }
 
+/* Huge pages of the system not allocated (HugePages_Free), -1 unknown. */
+static long huge_pages_free(void)
+{
+	char line[128];
+	long v = -1;
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "HugePages_Free: %ld", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
+/* An unlinked file in dir, or -errno: nothing is left behind, whatever
+ * way the daemon ends. */
 static int spill_file(const char *dir)
 {
 	char path[4096];
@@ -290,6 +306,10 @@ int main(int argc, char **argv)
 		s.socket_path, (unsigned long long)(s.max_bytes >> 20),
 		(unsigned long long)(s.page_size >> 10),
 		s.hugetlb ? " (the cache's: huge pages)" : "", (int)getpid());
+	if (s.hugetlb && huge_pages_free() == 0)
+		sbd_log("warning: --hugetlb, and no huge page is free "
+			"(vm.nr_hugepages): the cache refuses every prompt "
+			"until some are");
 	r = sbd_loop_run(s.loop);
 	sbd_server_close(&s);
 	sbd_loop_free(s.loop);

@@ -18,6 +18,9 @@ daemon=""
 trap 'if [ -n "$daemon" ]; then kill $daemon 2>/dev/null || true; fi; rm -rf "$dir"; knob_restore' EXIT
 if [ -w /proc/sys/vm/nr_hugepages ] && knob_hugepages 256 >/dev/null 2>&1; then
 	huge=--hugetlb
+	# Each taken once: a reserved page's first use on a VM is the
+	# host's first backing of it (bench/hugetlb.sh does the same).
+	"$build/bench/hugewarm" >/dev/null
 fi
 "$build/bin/sparsebufd" --socket "$sock" --max-bytes 256M --foreground \
 	$huge 2>"$dir/log" &

@@ -188,6 +188,12 @@ static int hello(struct sbi_dclient *c)
 	r = request_sync(s, &m, held);
 	if (r == 0)
 		r = (int)m.err;
+	if (c->hugetlb && !c->gen && (r == -ECONNRESET || r == -EPROTO)) {
+		/* Dropped for a flag it does not know. */
+		sbi_warn("sparsebufd at %s does not serve pools of huge pages "
+			 "(older than this library?)", c->path);
+		r = -EOPNOTSUPP;
+	}
 	if (r < 0)
 		goto fail;
 	if (c->floor) {
@@ -640,8 +646,9 @@ static bool heap_fd_ok(const struct sbi_dclient *c, int fd, uint64_t bytes)
 	int seals = fcntl(fd, F_GET_SEALS);
 
 	if (fstatfs(fd, &sf) < 0 ||
-	    (sf.f_type == HUGETLBFS_MAGIC) != c->hugetlb)
-		return false;
+	    (sf.f_type == HUGETLBFS_MAGIC) != c->hugetlb ||
+	    (c->hugetlb && (sf.f_bsize <= 0 || c->page_size % sf.f_bsize)))
+		return false;	/* (or of huge pages larger than ours) */
 	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
 	       (uint64_t)st.st_size == bytes && seals >= 0 &&
 	       (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) ==

@@ -561,10 +561,13 @@ static void make_default(void)
 		 * a floor asked for (SPARSEBUF_MIN_BYTES), only when there is
 		 * no daemon: one that refuses the floor, or cannot be spoken
 		 * to, is there, and running alone would not give the
-		 * reservation either. */
+		 * reservation either. Nor when it does not serve pools of
+		 * huge pages (-EOPNOTSUPP, an older daemon): running alone
+		 * would leave the machine's budget without saying so. */
 		default_pool = sb_pool_connect_sz(sbi_env_daemon(), &opts,
 						  sizeof(opts), &err);
 		if (default_pool || sbi_env_daemon_fail() || err == -EINVAL ||
+		    err == -EOPNOTSUPP ||
 		    (opts.min_bytes && err != -ENOENT &&
 		     err != -ECONNREFUSED)) {
 			default_err = default_pool ? 0 : err;

@@ -160,6 +160,26 @@ static inline int status(struct sbd_status *st, struct sbd_client_info *ci, int 
 }
 
 
+/* m, a HELLO, on a connection of its own: the daemon's answer, a
+ * well-formed reply without error (checked); the connection is closed
+ * after it. */
+static inline struct sbd_msg hello_once(struct sbd_msg m)
+{
+	char buf[sizeof(struct sbd_msg) + 64];
+	int fd = connect_sock(sock_path), rfd;
+	struct sbd_msg rep;
+	long n;
+
+	CHECK(fd >= 0);
+	CHECK_EQ(sbd_send(fd, &m, NULL, -1), 0);
+	n = sbd_recv(fd, buf, sizeof(buf), &rfd);
+	CHECK(n > 0 && rfd < 0);
+	CHECK_EQ(sbd_msg_check(buf, (size_t)n, 0, true, &rep), 0);
+	CHECK_EQ(rep.err, 0);
+	close(fd);
+	return rep;
+}
+
 /* ---- KV prompts ------------------------------------------------------- */
 
 static inline struct sb_kv_config kv_config(void)

@@ -106,15 +106,15 @@ stop() {
 }
 trap stop INT TERM
 tests=${TESTS:-$(cd "$dir" && ls | grep '^test_' | sort)}
-# test_hugetlb and test_daemon_hugetlb need 64 huge pages free each (128
-# MiB), and may run at once: reserved for the run where we may (root), put
-# back at its end, and by the next script's knob_stale after a kill -9.
-# Without them they skip, saying why.
+# test_hugetlb and test_daemon_hugetlb need 64 huge pages free (128
+# MiB), one after the other (test_daemon_hugetlb runs alone): reserved
+# for the run where we may (root), put back at its end, and by the next
+# script's knob_stale after a kill -9. Without them they skip, saying why.
 hugepages=/proc/sys/vm/nr_hugepages
 huge_need=0
 for t in test_hugetlb test_daemon_hugetlb; do
 	case " $(echo $tests) " in
-	*" $t "*) [ -x "$dir/$t" ] && huge_need=$((huge_need + 64)) ;;
+	*" $t "*) [ -x "$dir/$t" ] && huge_need=64 ;;
 	esac
 done
 if [ $huge_need -gt 0 ] && [ -w "$hugepages" ]; then

@@ -1087,18 +1087,8 @@ static void test_floors(void)
 		struct sbd_msg m = {.magic = SBD_MAGIC, .type = SBD_HELLO,
 				    .seq = 1, .a = SBD_VERSION,
 				    .b = 64 * MiB, .c = PAGE};
-		char buf[sizeof(m) + 64];
-		int fd = connect_sock(sock_path), rfd;
-		long n;
 
-		CHECK(fd >= 0);
-		CHECK_EQ(sbd_send(fd, &m, NULL, -1), 0);
-		n = sbd_recv(fd, buf, sizeof(buf), &rfd);
-		CHECK(n > 0 && rfd < 0);
-		CHECK_EQ(sbd_msg_check(buf, (size_t)n, 0, true, &m), 0);
-		CHECK_EQ(m.err, 0);
-		CHECK_EQ(m.d, 40 * MiB);
-		close(fd);
+		CHECK_EQ(hello_once(m).d, 40 * MiB);
 		WAIT_FOR(used_now() == 0, 2);
 	}
 	/* The floor holds nothing yet: another pool gets the rest only. */

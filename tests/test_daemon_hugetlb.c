@@ -12,11 +12,14 @@
  *   spill         a --hugetlb --spill-dir daemon: cached blocks go to
  *                 disk under its budget and come back intact
  *   short         no huge page free for the cache: a put is refused and
- *                 the prompt stays in the client, which gets no SIGBUS
+ *                 the prompt stays in the client, which gets no SIGBUS;
+ *                 with a cold prompt cached, that one makes room
  *   other_kinds   a shmem client of a --hugetlb daemon, a huge-page
  *                 client of a shmem daemon: no cache, everything else
  *   wrong_kind    a daemon (a fake, in a thread) that hands a huge-page
  *                 client shmem heaps: each is given back, none is used
+ *   old_daemon    one that drops a HELLO with the huge-page flag:
+ *                 -EOPNOTSUPP, and no default pool running alone
  *
  * Needs huge pages reserved (tests/run.sh reserves them for the run when
  * it can): skips saying so otherwise. The daemon is build/bin/sparsebufd.
@@ -65,8 +68,9 @@ static struct sbd_status status_first(struct sbd_client_info *first)
 	return st;
 }
 
-/* A client pool: huge pages (2 MiB, heaps of 4 MiB: many heaps, so most
- * come from the daemon) or shmem (256 KiB). */
+/* A client pool of 2 MiB pages: huge pages (heaps of 4 MiB: many heaps,
+ * so most come from the daemon) or shmem (so that the kind of heap, not
+ * the page size, is what differs from the daemon's). */
 static struct sb_pool *client(bool huge, size_t ceiling)
 {
 	struct sb_pool_opts o;
@@ -74,7 +78,7 @@ static struct sb_pool *client(bool huge, size_t ceiling)
 	int err = 0;
 
 	sb_pool_opts_init(&o);
-	o.page_size = huge ? HUGE : 256 * KiB;
+	o.page_size = HUGE;
 	o.heap_size = huge ? 2 * HUGE : 16 * MiB;
 	o.max_bytes = ceiling;
 	o.spill_dir = dir;
@@ -273,8 +277,67 @@ static void test_short(void)
 	stop_daemon(SIGTERM);
 }
 
-/* A client whose heaps are not of the daemon cache's kind: it works, and
- * its puts stay in its own process. */
+/* The cache page size the daemon tells a client of 2 MiB pages, huge or
+ * not, in answer to its HELLO (0: no cache for it). */
+static uint64_t hello_cache_page(bool huge)
+{
+	struct sbd_msg m = {.magic = SBD_MAGIC, .type = SBD_HELLO, .seq = 1,
+			    .a = SBD_VERSION, .c = HUGE,
+			    .d = huge ? SBD_HELLO_HUGETLB : 0};
+
+	return hello_once(m).c;
+}
+
+/* Huge pages short with a cold prompt in the cache that nobody maps: the
+ * cache lets it go for the new one, as it would for its budget. */
+static void test_short_shrink(void)
+{
+	struct sb_kv_config cfg = kv_config();
+	int32_t toks[KV_TOKENS];
+	struct sb_kv_cache *c;
+	struct sb_kv_seq *s;
+	struct sb_pool *p;
+	size_t len, old;
+	int err = 0;
+	void *hog;
+
+	start("256M", true, false);
+	p = client(true, 0);
+	c = sb_kv_cache_create(p, &cfg, "test-model", 64 * MiB, &err);
+	CHECK(c);
+	kv_put_range(c, p, 1, 1);
+	sb_kv_cache_destroy(c);
+	sb_pool_destroy(p);	/* its pins gone: prompt 1 is cold */
+	CHECK_EQ(status_first(NULL).cache_blocks, 2);
+	p = client(true, 0);
+	c = sb_kv_cache_create(p, &cfg, "test-model", 64 * MiB, &err);
+	CHECK(c);
+	s = kv_compute(p, 2, toks);
+	hog = hog_huge_pages(0, &len);
+	CHECK_EQ(sb_kv_cache_put(c, s, toks, KV_TOKENS), KV_TOKENS);
+	munmap(hog, len);
+	CHECK(status_first(NULL).cache_blocks <= 3);
+	sb_kv_destroy(s);
+	sb_kv_cache_destroy(c);
+	sb_pool_destroy(p);
+	/* Another process finds prompt 2 in the daemon, whole; prompt 1
+	 * made room for it. */
+	p = client(true, 0);
+	c = sb_kv_cache_create(p, &cfg, "test-model", 4 * MiB, &err);
+	CHECK(c);
+	CHECK_EQ(kv_get_checked(c, 2), KV_TOKENS);
+	old = kv_get_checked(c, 1);
+	CHECK(old < KV_TOKENS);
+	printf("short: with no huge page free, a cold prompt's blocks made "
+	       "room for a new one (%zu of its positions left)\n", old);
+	sb_kv_cache_destroy(c);
+	VERIFY(p);
+	sb_pool_destroy(p);
+	stop_daemon(SIGTERM);
+}
+
+/* A client whose heaps are not of the daemon cache's kind (the same page
+ * size): it works, and its puts stay in its own process. */
 static void other_kind(bool daemon_huge)
 {
 	struct sb_kv_config cfg = kv_config();
@@ -286,7 +349,15 @@ static void other_kind(bool daemon_huge)
 	size_t hit = 0;
 	int err = 0;
 
-	start("256M", daemon_huge, false);
+	if (daemon_huge) {
+		start("256M", true, false);
+	} else {
+		char *two[] = {(char *)"--page-size", (char *)"2M", NULL};
+
+		start_daemon_with("256M", two);
+	}
+	CHECK_EQ(hello_cache_page(daemon_huge), HUGE);
+	CHECK_EQ(hello_cache_page(!daemon_huge), 0);
 	p = client(!daemon_huge, 0);
 	c = sb_kv_cache_create(p, &cfg, "test-model", 64 * MiB, &err);
 	CHECK(c);
@@ -411,9 +482,65 @@ static void test_wrong_kind(void)
 	unlink(sock_path);
 }
 
+/* An older daemon: it drops a client whose HELLO has a flag it does not
+ * know. Serves *arg's first two connections so. */
+static void *old_daemon(void *arg)
+{
+	static char buf[sizeof(struct sbd_msg) + SBD_MAX_PAYLOAD];
+	int ls = *(int *)arg, rfd;
+
+	for (int i = 0; i < 2; i++) {
+		int s = accept(ls, NULL, NULL);
+
+		CHECK(s >= 0);
+		if (sbd_recv(s, buf, sizeof(buf), &rfd) > 0 && rfd >= 0)
+			close(rfd);
+		close(s);
+	}
+	return NULL;
+}
+
+/* -EOPNOTSUPP, said, from sb_pool_connect and for the default pool
+ * (SPARSEBUF_HUGETLB=1 with SPARSEBUF_DAEMON), which does not run alone
+ * then: the machine's budget would not be kept. */
+static void test_old_daemon(void)
+{
+	char env[sizeof(sock_path) + 32];
+	char *extra[] = {env, (char *)"SPARSEBUF_HUGETLB=1", NULL};
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), err = 0;
+	struct sb_pool_opts o;
+	pthread_t th;
+
+	CHECK(ls >= 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
+	unlink(sock_path);
+	CHECK_EQ(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	CHECK_EQ(listen(ls, 2), 0);
+	CHECK_EQ(pthread_create(&th, NULL, old_daemon, &ls), 0);
+	sb_pool_opts_init(&o);
+	o.page_size = HUGE;
+	o.flags = SB_POOL_HUGETLB;
+	CHECK(sb_pool_connect(sock_path, &o, &err) == NULL);
+	CHECK_EQ(err, -EOPNOTSUPP);
+	snprintf(env, sizeof(env), "SPARSEBUF_DAEMON=%s", sock_path);
+	CHECK_EQ(child_exit_code(run_child_env("default_old", extra, 60, NULL,
+					       0)),
+		 0);
+	pthread_join(th, NULL);
+	close(ls);
+	unlink(sock_path);
+	printf("old daemon: a huge-page client refused with -EOPNOTSUPP, its "
+	       "default pool unavailable rather than alone\n");
+}
+
 static int child(const char *name)
 {
-	(void)name;
+	if (!strcmp(name, "default_old")) {
+		CHECK(sb_default_pool() == NULL);
+		CHECK_EQ(sb_default_pool_error(), -EOPNOTSUPP);
+		return 0;
+	}
 	return 1;
 }
 
@@ -438,8 +565,10 @@ static int main_test(void)
 	test_cache();
 	test_spill();
 	test_short();
+	test_short_shrink();
 	test_other_kinds();
 	test_wrong_kind();
+	test_old_daemon();
 	daemon_test_done();
 	printf("sparsebufd on huge pages: every case passed\n");
 	return 0;

@@ -21,7 +21,8 @@
  *
  *   byte 0    the budget, max_bytes = (byte + 16) * 64 KiB (1 to 17 MiB)
  *   byte 1    bit 0: 3 clients (else 2); bit 1: --verbose; bits 2-4: the
- *             daemon's page size, 4 KiB << n
+ *             daemon's page size, 4 KiB << n; bit 5: --hugetlb (the
+ *             cache on huge pages, the page size then 2 MiB)
  *   byte 2    the clients' uids, 2 bits each: root, the daemon's own
  *             (1000), 1001, 1002 (status lists others' clients to root
  *             and the daemon's user only)
@@ -104,6 +105,11 @@
 #include <stdbool.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+
+#ifndef HUGETLBFS_MAGIC
+#define HUGETLBFS_MAGIC 0x958458f6
+#endif
 
 #define MAX_SLOTS 3
 #define MAX_CONNS 16
@@ -127,6 +133,7 @@ struct slot {
 	uint32_t next_seq;
 	uint64_t page;		/* its page size, once HELLO is answered */
 	bool control;		/* a control connection, by that HELLO */
+	bool hugetlb;		/* its heaps are huge pages, by that HELLO */
 	uint64_t reclaim;	/* the last RECLAIM's bytes */
 	uint64_t heap_id;	/* the last heap received */
 	/* The cache: the last key put, a page reference received. */
@@ -351,6 +358,7 @@ static void slot_reset(struct slot *sl)
 	sl->next_seq = 0;
 	sl->page = 0;
 	sl->control = false;
+	sl->hugetlb = false;
 	sl->reclaim = 0;
 	sl->heap_id = 0;
 	sl->key = sl->pref = 0;
@@ -450,6 +458,7 @@ static bool answers(struct run *h, struct slot *sl, const struct req *r,
 		return m->a >= r->a && m->a <= r->b && sl->page &&
 		       m->a % sl->page == 0;
 	case SBD_HEAP: {
+		struct statfs sf;
 		struct stat st;
 		int seals;
 
@@ -460,6 +469,11 @@ static bool answers(struct run *h, struct slot *sl, const struct req *r,
 		if (fd < 0)
 			return false;
 		seals = fcntl(fd, F_GET_SEALS);
+		/* Of the client's kind: hugetlbfs for a client of huge
+		 * pages, shmem for the others. */
+		if (fstatfs(fd, &sf) < 0 ||
+		    (sf.f_type == HUGETLBFS_MAGIC) != sl->hugetlb)
+			return false;
 		return m->a && m->a <= UINT32_MAX && fstat(fd, &st) == 0 &&
 		       S_ISREG(st.st_mode) && (uint64_t)st.st_size == r->a &&
 		       seals >= 0 &&
@@ -561,6 +575,7 @@ static void on_daemon_msg(struct run *h, struct slot *sl, size_t n, int fd)
 			q->live = false;
 			if (q->type == SBD_HELLO) {
 				sl->control = q->d & SBD_HELLO_CONTROL;
+				sl->hugetlb = q->d & SBD_HELLO_HUGETLB;
 				sl->page = sl->control ? 4096 : q->c;
 			}
 			if (q->type == SBD_HEAP && !m.err)
@@ -871,6 +886,9 @@ static void run_sequence(const uint8_t *data, size_t size)
 	h->s.socket_path = "(fuzz)";
 	h->s.max_bytes = ((uint64_t)data[0] + 16) << 16;
 	h->s.page_size = (uint64_t)4096 << (data[1] >> 2 & 7);
+	h->s.hugetlb = data[1] & 0x20;
+	if (h->s.hugetlb)	/* as sparsebufd --hugetlb on x86-64 */
+		h->s.page_size = (uint64_t)2 << 20;
 	h->s.max_floor = h->s.max_bytes / 2;
 	h->s.verbose = data[1] & 2;
 	h->s.group = (gid_t)-1;

@@ -647,18 +647,32 @@ static void dmsg_seeds(void)
 	dm_msg(1, 0, SBD_STATUS, true, 0, 0, 0, 0);
 	dm_put("cache-filler-dies");
 
-	/* A client of huge pages: a heap of whole huge pages is a hugetlbfs
-	 * file, one of 3 MiB refused; a control connection that says huge
-	 * pages is malformed; the client's cache put (the daemon's cache
-	 * being shmem here) drops it. */
-	dm_begin(255, 0, 0);
+	/* A --hugetlb daemon (2 MiB pages): a client of huge pages gets a
+	 * heap of whole huge pages as a hugetlbfs file, one of 3 MiB is
+	 * refused, its cache put is served (or refused: no huge page free);
+	 * a control connection that says huge pages is malformed; a shmem
+	 * client of the same page size that puts is dropped (another kind
+	 * of heap). */
+	dm_begin(255, 0x20, 0);
 	dm_msg(0, 0, SBD_HELLO, true, 1, 0, 2 * MiB, SBD_HELLO_HUGETLB);
 	dm_msg(0, 0, SBD_LEASE, true, 2 * MiB, 4 * MiB, 0, 0);
 	dm_msg(0, 0, SBD_HEAP, true, 4 * MiB, 0, 0, 0);
 	dm_msg(0, 0, SBD_HEAP, true, 3 * MiB, 0, 0, 0);
+	dm_msg(0, 0, SBD_CACHE_PUT, true, 5, 0, 0, 1);
+	dm_msg(0, DM_ANSWER, SBD_CACHE_DONE, true, 0, 1, 0, 0);
 	dm_msg(1, 0, SBD_HELLO, true, 1, 0, 0,
 	       SBD_HELLO_CONTROL | SBD_HELLO_HUGETLB);
-	dm_msg(0, 0, SBD_CACHE_PUT, true, 5, 0, 0, 1);
+	dm_msg(1, 0, SBD_HELLO, true, 1, 0, 2 * MiB, 0);
+	dm_msg(1, 0, SBD_HEAP, true, 4 * MiB, 0, 0, 0);
+	dm_msg(1, 0, SBD_CACHE_PUT, true, 6, 0, 0, 1);
+	dm_put("hugetlb-daemon");
+
+	/* A shmem daemon: a client of huge pages gets hugetlbfs heaps and
+	 * no cache (told a cache page size of 0). */
+	dm_begin(255, 7 << 2, 0);
+	dm_msg(0, 0, SBD_HELLO, true, 1, 0, 2 * MiB, SBD_HELLO_HUGETLB);
+	dm_msg(0, 0, SBD_HEAP, true, 2 * MiB, 0, 0, 0);
+	dm_msg(0, 0, SBD_STATUS, true, 0, 0, 0, 0);
 	dm_put("hugetlb-client");
 
 	/* A control connection (root) beside two clients, asking status,
