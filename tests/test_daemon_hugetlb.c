@@ -559,8 +559,13 @@ static int main_test(void)
 		     "does that for the run when it can)",
 		     nfree, NEED, NEED + 16);
 	daemon_test_init("/tmp/sbd-hugetlb-XXXXXX");
-	/* The pools here say what they are; the environment's default pool
-	 * (make test-daemon) is not used. */
+	/* The pools here say what they are, and the children are told their
+	 * default pool's settings (make test-daemon sets its own, which
+	 * getenv would find first). */
+	unsetenv("SPARSEBUF_DAEMON");
+	unsetenv("SPARSEBUF_HUGETLB");
+	unsetenv("SPARSEBUF_PAGE_SIZE");
+	unsetenv("SPARSEBUF_HEAP_SIZE");
 	test_heaps();
 	test_cache();
 	test_spill();
