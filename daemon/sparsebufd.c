@@ -184,8 +184,8 @@ int main(int argc, char **argv)
 		.opts = opts,
 	};
 	struct sbd_server s = {.page_size = 256 << 10, .group = (gid_t)-1};
-	bool fg = false, page_given = false;
-	const char *floor_arg = NULL;
+	bool fg = false;
+	const char *floor_arg = NULL, *page_arg = NULL;
 	const char *val;
 	struct rlimit rl;
 	sigset_t mask;
@@ -206,7 +206,7 @@ int main(int argc, char **argv)
 			if (s.page_size & (s.page_size - 1))
 				sbc_fail(&cli, "--page-size %s: not a power "
 					 "of two", val);
-			page_given = true;
+			page_arg = val;
 			break;
 		case O_HUGETLB:
 			s.hugetlb = true;
@@ -251,13 +251,12 @@ int main(int argc, char **argv)
 			sbc_fail(&cli, "--hugetlb: this kernel makes no "
 				 "hugetlbfs memfd (MFD_HUGETLB): %s",
 				 strerror(errno));
-		if (!page_given)
+		if (!page_arg)
 			s.page_size = huge;
 		if (s.page_size % huge)
-			sbc_fail(&cli, "--page-size %llu KiB: not a multiple "
-				 "of the huge page size (%llu KiB)",
-				 (unsigned long long)(s.page_size >> 10),
-				 (unsigned long long)(huge >> 10));
+			sbc_fail(&cli, "--page-size %s: not a multiple of the "
+				 "huge page size (%llu KiB), as --hugetlb needs",
+				 page_arg, (unsigned long long)(huge >> 10));
 	}
 	s.max_bytes &= ~(uint64_t)4095;
 	s.max_floor &= ~(uint64_t)4095;

@@ -1533,6 +1533,30 @@ static int child(const char *name)
 
 /* Hostile options: each refused at start, exit 2, with a message that
  * names the option and the real cause. */
+/* sparsebufd with args refused: exit status 2, saying `says` and naming
+ * what it refused (args past their first word). */
+static void refused(const char *args, const char *says)
+{
+	char cmd[PATH_MAX + 512], out[1024];
+	size_t got;
+	FILE *f;
+	int st;
+
+	snprintf(cmd, sizeof(cmd),
+		 "%s --socket %s/bad.sock --max-bytes 64M %s --foreground 2>&1",
+		 daemon_bin, dir, args);
+	f = popen(cmd, "r");
+	CHECK(f);
+	got = fread(out, 1, sizeof(out) - 1, f);
+	out[got] = 0;
+	st = pclose(f);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 || !strstr(out, says) ||
+	    !strstr(out, strchr(args, ' ') + 1))
+		FAIL("sparsebufd %s: exit %d, said: %s (expected exit 2 and "
+		     "\"%s\")",
+		     args, WIFEXITED(st) ? WEXITSTATUS(st) : -1, out, says);
+}
+
 static void test_bad_options(void)
 {
 	static const struct {
@@ -1549,32 +1573,21 @@ static void test_bad_options(void)
 		{"--group no-such-group-sbd", "no such group"},
 		{"--max-floor 128M", "above --max-bytes"},
 	};
+	size_t n = sizeof(cases) / sizeof(cases[0]);
+	int fd;
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char cmd[PATH_MAX + 512], out[1024];
-		size_t got;
-		FILE *f;
-		int st;
-
-		snprintf(cmd, sizeof(cmd),
-			 "%s --socket %s/bad.sock --max-bytes 64M %s "
-			 "--foreground 2>&1",
-			 daemon_bin, dir, cases[i].args);
-		f = popen(cmd, "r");
-		CHECK(f);
-		got = fread(out, 1, sizeof(out) - 1, f);
-		out[got] = 0;
-		st = pclose(f);
-		if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 ||
-		    !strstr(out, cases[i].says) ||
-		    !strstr(out, strchr(cases[i].args, ' ') + 1))
-			FAIL("sparsebufd %s: exit %d, said: %s (expected "
-			     "exit 2 and \"%s\")",
-			     cases[i].args, WIFEXITED(st) ? WEXITSTATUS(st) : -1,
-			     out, cases[i].says);
+	for (size_t i = 0; i < n; i++)
+		refused(cases[i].args, cases[i].says);
+	/* Where hugetlbfs memfds can be made (else --hugetlb is refused for
+	 * that). */
+	fd = sbd_heap_file("sbd-test-probe", 0, true);
+	if (fd >= 0) {
+		close(fd);
+		refused("--hugetlb --page-size 256K",
+			"not a multiple of the huge page size");
+		n++;
 	}
-	printf("bad options: %zu refused with their cause\n",
-	       sizeof(cases) / sizeof(cases[0]));
+	printf("bad options: %zu refused with their cause\n", n);
 }
 
 /* SBD_TEST_ONLY=name[,name]: run only those cases (a hunt for a rare
