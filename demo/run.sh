@@ -62,9 +62,12 @@ say "5. Chat sessions sharing a 2048-token system prompt, parked when idle (12 o
 # (docs/api.md, "Huge-page heaps"); bench/hugetlb.sh reserves them, takes
 # each once and puts the setting back. Elsewhere the pool's usual pages.
 say "6. KV cache growth, Qwen3-4B geometry, 4096 tokens, eight strategies"
+# (Its status kept, not fatal: 3 is a FAIL line, printed; 77 no huge
+# pages. Under set -e either ended the demo here.)
+rc=0
 bench/hugetlb.sh --build "$build" --rounds 1 --tokens 4096 \
-	--strategies 1,2,3,4,5,6,7,8 --no-place --full --out "$build/demo-kv"
-case $? in
+	--strategies 1,2,3,4,5,6,7,8 --no-place --full --out "$build/demo-kv" || rc=$?
+case $rc in
 77)
 	echo "   (huge pages cannot be reserved here: the pool's 256 KiB pages" \
 		"of shmem instead)"
