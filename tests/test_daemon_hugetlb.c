@@ -93,6 +93,35 @@ static struct sb_pool *client(bool huge, size_t ceiling)
 
 /* ---- the cases -------------------------------------------------------- */
 
+/* Pages 0-11 of b placed and filled (page i with i + 1), two a heap with
+ * a pause now and then: the lease thread fetches the daemon's heaps ahead
+ * of the pool's need. */
+static void place_twelve(struct sb_buf *b)
+{
+	char *x = sb_buf_addr(b);
+
+	for (size_t i = 0; i < 12; i++) {
+		CHECK_EQ(sb_buf_map(b, i * HUGE, HUGE), 1);
+		memset(x + i * HUGE, (int)i + 1, HUGE);
+		if (i % 2)
+			usleep(20000);
+	}
+}
+
+/* A socket listening at sock_path, for a fake daemon. */
+static int listen_fake(int backlog)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	CHECK(ls >= 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
+	unlink(sock_path);
+	CHECK_EQ(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	CHECK_EQ(listen(ls, backlog), 0);
+	return ls;
+}
+
 static void test_heaps(void)
 {
 	struct sbd_client_info ci;
@@ -106,14 +135,7 @@ static void test_heaps(void)
 	p = client(true, 0);
 	b = make_buf(p, 64 * MiB, 0);
 	x = sb_buf_addr(b);
-	/* Two pages a heap, a pause now and then: the lease thread fetches
-	 * the daemon's heaps ahead of the pool's need. */
-	for (size_t i = 0; i < 12; i++) {
-		CHECK_EQ(sb_buf_map(b, i * HUGE, HUGE), 1);
-		memset(x + i * HUGE, (int)i + 1, HUGE);
-		if (i % 2)
-			usleep(20000);
-	}
+	place_twelve(b);
 	for (size_t i = 0; i < 12; i++)
 		CHECK(x[i * HUGE] == (char)(i + 1) &&
 		      x[i * HUGE + HUGE - 1] == (char)(i + 1));
@@ -443,29 +465,18 @@ static void *fake_daemon(void *arg)
 
 static void test_wrong_kind(void)
 {
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	long free0 = meminfo("HugePages_Free");
-	int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int ls = listen_fake(1);
 	struct sb_pool *p;
 	struct sb_buf *b;
 	pthread_t th;
 	char *x;
 
-	CHECK(ls >= 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
-	unlink(sock_path);
-	CHECK_EQ(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	CHECK_EQ(listen(ls, 1), 0);
 	CHECK_EQ(pthread_create(&th, NULL, fake_daemon, &ls), 0);
 	p = client(true, 0);
 	b = make_buf(p, 64 * MiB, 0);
 	x = sb_buf_addr(b);
-	for (size_t i = 0; i < 12; i++) {
-		CHECK_EQ(sb_buf_map(b, i * HUGE, HUGE), 1);
-		memset(x + i * HUGE, (int)i + 1, HUGE);
-		if (i % 2)
-			usleep(20000);
-	}
+	place_twelve(b);
 	CHECK(fake_heaps > 0);
 	WAIT_FOR(fake_freed == fake_heaps, 5);
 	CHECK_EQ(fake_freed, fake_heaps);
@@ -507,16 +518,10 @@ static void test_old_daemon(void)
 {
 	char env[sizeof(sock_path) + 32];
 	char *extra[] = {env, (char *)"SPARSEBUF_HUGETLB=1", NULL};
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), err = 0;
+	int ls = listen_fake(2), err = 0;
 	struct sb_pool_opts o;
 	pthread_t th;
 
-	CHECK(ls >= 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
-	unlink(sock_path);
-	CHECK_EQ(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	CHECK_EQ(listen(ls, 2), 0);
 	CHECK_EQ(pthread_create(&th, NULL, old_daemon, &ls), 0);
 	sb_pool_opts_init(&o);
 	o.page_size = HUGE;
