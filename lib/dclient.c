@@ -33,6 +33,23 @@
 
 #define RECONNECT_MS 100
 #define STASH_MAX 4
+/* Requests whose wait timed out, remembered for their late replies. */
+#define STALE_MAX 8
+
+/*
+ * A request nobody waits for any more. Its reply may still come, and
+ * what it grants would stay the daemon's record of this client until
+ * it disconnects: a lease counted against the machine's budget, a heap,
+ * pinned cache pages, a block "being filled" (a client may fill 64 at
+ * once). handle() gives each back.
+ */
+struct stale_req {
+	uint32_t seq;		/* 0: a free slot */
+	uint16_t type;
+	uint64_t gen;		/* the connection it was sent on */
+	uint64_t key;		/* CACHE_PUT: the block */
+	uint64_t c, d;		/* LEASE: resident/used, for the RETURN */
+};
 
 struct dheap {
 	int fd;
@@ -69,8 +86,9 @@ struct sbi_dclient {
 	 * (sbi_dclient_cache_unpin is called under a pool's lock). */
 	uint64_t *unpins;
 	size_t nunpins, unpin_cap;
-	struct sbd_msg stale;		/* a LEASE whose wait timed out */
-	uint64_t stale_gen;
+	struct stale_req stale[STALE_MAX];	/* the last ones, oldest
+						 * overwritten */
+	unsigned stale_next;
 	int reply_fd;
 	struct dheap *heaps;
 	size_t nheaps, heap_cap;
@@ -262,6 +280,60 @@ static void drop_locked(struct sbi_dclient *c)
 	pthread_cond_broadcast(&c->cond);
 }
 
+/* Pins to send back: n page references at refs (unaligned); c->lock
+ * held. Sent now when the socket takes them, else at the next flush. */
+static void queue_unpins_locked(struct sbi_dclient *c, const char *refs,
+				uint64_t n);
+static void flush_unpins_locked(struct sbi_dclient *c);
+
+/* What the late reply m (granted: err 0) to st holds goes back; c->lock
+ * held, connected. A send that fails closes the connection: the daemon
+ * then drops everything of this client's, and the reconnection tells it
+ * what the pool really holds. */
+static void undo_late_locked(struct sbi_dclient *c,
+			     const struct stale_req *st,
+			     const struct sbd_msg *m, const char *payload)
+{
+	struct sbd_msg r = {.magic = SBD_MAGIC};
+	uint64_t tok_bytes;
+
+	switch (st->type) {
+	case SBD_LEASE:
+		if (!m->a)
+			return;
+		r.type = SBD_RETURN, r.a = m->a, r.c = st->c, r.d = st->d;
+		break;
+	case SBD_HEAP:
+		if (!m->a || m->a > UINT32_MAX)
+			return;
+		r.type = SBD_HEAP_FREE, r.a = m->a;
+		break;
+	case SBD_CACHE_PUT:
+		/* The block is ours to fill: abandoned (with its pages'
+		 * pins). Its reply, to a seq nobody waits for, is dropped. */
+		if (m->len == m->a * 8)
+			queue_unpins_locked(c, payload, m->a);
+		if (++c->next_seq == 0)
+			c->next_seq = 1;
+		r.type = SBD_CACHE_DONE, r.seq = c->next_seq, r.a = st->key;
+		break;
+	case SBD_CACHE_GET:
+		/* tokens (int32, padded to 8 bytes), then the pinned refs */
+		tok_bytes = (m->b * 4 + 7) & ~(uint64_t)7;
+		if (m->b <= SBD_CACHE_MAX_TOKENS &&
+		    tok_bytes + m->a * 8 == m->len)
+			queue_unpins_locked(c, payload + tok_bytes, m->a);
+		flush_unpins_locked(c);
+		return;
+	default:
+		return;
+	}
+	if (sbd_send_nowait(c->sock, &r) < 0)
+		broken_locked(c);
+	else if (st->type == SBD_CACHE_PUT)
+		flush_unpins_locked(c);
+}
+
 static void handle(struct sbi_dclient *c, const struct sbd_msg *m,
 		   const char *payload, int fd)
 {
@@ -281,17 +353,17 @@ static void handle(struct sbi_dclient *c, const struct sbd_msg *m,
 		c->have_reply = true;
 		pthread_cond_broadcast(&c->cond);
 		fd = -1;
-	} else if (m->seq && m->seq == c->stale.seq &&
-		   c->stale_gen == c->gen) {
-		/* The late grant of a lease nobody waits for: back. */
-		struct sbd_msg r = {.magic = SBD_MAGIC, .type = SBD_RETURN,
-				    .a = m->a, .c = c->stale.c,
-				    .d = c->stale.d};
+	} else if (m->seq) {
+		for (size_t i = 0; i < STALE_MAX; i++) {
+			struct stale_req *st = &c->stale[i];
 
-		c->stale.seq = 0;
-		if (m->err == 0 && m->a && up(c) &&
-		    sbd_send_nowait(c->sock, &r) < 0)
-			broken_locked(c);
+			if (st->seq != m->seq)
+				continue;
+			st->seq = 0;
+			if (st->gen == c->gen && m->err == 0 && up(c))
+				undo_late_locked(c, st, m, payload);
+			break;
+		}
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (fd >= 0)
@@ -515,6 +587,20 @@ const char *sbi_dclient_path(const struct sbi_dclient *c)
  * restarts. Returns 0 with *rep (and *fd, the caller's) filled, or -errno:
  * -ENOTCONN when no daemon answered in time.
  */
+static void remember_stale_locked(struct sbi_dclient *c,
+				  const struct sbd_msg *req, uint64_t gen)
+{
+	struct stale_req *st;
+
+	if (req->type != SBD_LEASE && req->type != SBD_HEAP &&
+	    req->type != SBD_CACHE_PUT && req->type != SBD_CACHE_GET)
+		return;	/* nothing the daemon keeps for us */
+	st = &c->stale[c->stale_next++ % STALE_MAX];
+	*st = (struct stale_req){.seq = req->seq, .type = req->type,
+				 .gen = gen, .key = req->a, .c = req->c,
+				 .d = req->d};
+}
+
 static int request_p(struct sbi_dclient *c, struct sbd_msg *req,
 		     const void *payload, uint64_t deadline_ms,
 		     struct sbd_msg *rep, int *fd, uint64_t *gen_out,
@@ -565,13 +651,11 @@ static int request_p(struct sbi_dclient *c, struct sbd_msg *req,
 		}
 		c->want_seq = 0;
 		if (r == ETIMEDOUT) {
-			/* A lease granted after we stopped waiting would be
-			 * counted by the daemon and never used: the reader
-			 * gives it back when it comes (handle()). */
-			if (req->type == SBD_LEASE && up(c) && c->gen == gen) {
-				c->stale = *req;
-				c->stale_gen = gen;
-			}
+			/* What a late reply grants would be the daemon's
+			 * record of us and never used: the reader gives it
+			 * back when it comes (handle()). */
+			if (up(c) && c->gen == gen)
+				remember_stale_locked(c, req, gen);
 			r = !up(c) ? -ENOTCONN : -ETIMEDOUT;
 			break;
 		}
@@ -971,26 +1055,42 @@ static void flush_unpins_locked(struct sbi_dclient *c)
 	}
 }
 
+static bool queue_unpin_locked(struct sbi_dclient *c, uint64_t ref)
+{
+	if (c->nunpins == c->unpin_cap) {
+		size_t cap = c->unpin_cap ? 2 * c->unpin_cap : 256;
+		uint64_t *v = realloc(c->unpins, cap * sizeof(*v));
+
+		if (!v)
+			return false;
+		c->unpins = v;
+		c->unpin_cap = cap;
+	}
+	c->unpins[c->nunpins++] = ref;
+	return true;
+}
+
+static void queue_unpins_locked(struct sbi_dclient *c, const char *refs,
+				uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t ref;
+
+		memcpy(&ref, refs + 8 * i, 8);
+		if (SBD_PREF_HEAP(ref) && !queue_unpin_locked(c, ref))
+			return;
+	}
+}
+
 void sbi_dclient_cache_unpin(struct sbi_dclient *c, uint64_t gen,
 			     uint64_t ref, uint32_t count)
 {
 	pthread_mutex_lock(&c->lock);
 	/* Pins of an earlier daemon went with it. */
 	if (gen == c->gen && up(c)) {
-		while (count--) {
-			if (c->nunpins == c->unpin_cap) {
-				size_t cap = c->unpin_cap ? 2 * c->unpin_cap
-							  : 256;
-				uint64_t *v = realloc(c->unpins,
-						      cap * sizeof(*v));
-
-				if (!v)
-					break;	/* held until we exit */
-				c->unpins = v;
-				c->unpin_cap = cap;
-			}
-			c->unpins[c->nunpins++] = ref;
-		}
+		while (count--)
+			if (!queue_unpin_locked(c, ref))
+				break;	/* held until we exit */
 		if (c->nunpins >= 1024)
 			flush_unpins_locked(c);
 	}

@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A daemon that answers after the client stopped waiting. What each late
+ * reply grants would stay the daemon's record of this client, counted
+ * and never used, until it disconnects; the client gives it back
+ * (lib/dclient.c, handle()):
+ *
+ *   lease       a late grant: RETURNed (the bytes granted)
+ *   heap        two requests timed out back to back, their replies both
+ *               late: both heaps freed (HEAP_FREE with their ids)
+ *   cache_put   a block granted for filling: abandoned (CACHE_DONE, not
+ *               filled) and its pages' pins given back
+ *   cache_get   a prompt found: its pages' pins given back
+ *
+ * The daemon is a fake in a thread, speaking lib/dproto.h, that counts
+ * what comes back. Needs no kernel feature.
+ */
+#include "harness.h"
+#include "harness_internal.h"
+#include "dproto.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+static char sock_path[100];
+static _Atomic int delay_ms;	/* before each LEASE/HEAP/CACHE reply */
+static _Atomic uint64_t returned, done_key, done_ok = 99;
+static _Atomic int freed_mask, unpins, dones, cache_pins = 0;
+
+#define PUT_PAGES 5
+#define GET_PAGES 3
+#define GET_TOKENS 3
+#define PUT_KEY 0x5eed
+
+static void *fake_daemon(void *arg)
+{
+	static char buf[sizeof(struct sbd_msg) + SBD_MAX_PAYLOAD];
+	static char out[SBD_MAX_PAYLOAD];
+	int ls = *(int *)arg, s = accept(ls, NULL, NULL), rfd;
+	uint32_t next_id = 1;
+	long n;
+
+	CHECK(s >= 0);
+	while ((n = sbd_recv(s, buf, sizeof(buf), &rfd)) > 0) {
+		struct sbd_msg m, r = {.magic = SBD_MAGIC, .type = SBD_REPLY};
+		const char *pay = buf + sizeof(struct sbd_msg);
+		uint32_t len = 0;
+		int fd = -1;
+
+		if (rfd >= 0)
+			close(rfd);
+		CHECK_EQ(sbd_msg_check(buf, (size_t)n, 0, false, &m), 0);
+		r.seq = m.seq;
+		switch (m.type) {
+		case SBD_HELLO:
+			r.a = 1, r.b = GiB, r.c = 4096, r.d = 0;
+			break;
+		case SBD_LEASE:
+			usleep((useconds_t)delay_ms * 1000);
+			r.a = m.b;
+			break;
+		case SBD_RETURN:
+			returned += m.a;
+			break;
+		case SBD_HEAP:
+			usleep((useconds_t)delay_ms * 1000);
+			fd = sbd_heap_file("late-heap", m.a, false);
+			CHECK(fd >= 0);
+			r.a = next_id++;
+			break;
+		case SBD_HEAP_FREE:
+			CHECK(m.a >= 1 && m.a <= 8);
+			freed_mask |= 1 << m.a;
+			break;
+		case SBD_CACHE_PUT:
+			usleep((useconds_t)delay_ms * 1000);
+			CHECK_EQ(m.d, PUT_PAGES);
+			for (uint32_t i = 0; i < PUT_PAGES; i++) {
+				uint64_t ref = SBD_PREF(7, i);
+
+				memcpy(out + 8 * i, &ref, 8);
+			}
+			cache_pins += PUT_PAGES;
+			r.a = PUT_PAGES, len = PUT_PAGES * 8;
+			break;
+		case SBD_CACHE_GET: {
+			int32_t tok[4] = {11, 12, 13, 0};
+
+			usleep((useconds_t)delay_ms * 1000);
+			memcpy(out, tok, 16);	/* 3 tokens, padded to 8 */
+			for (uint32_t i = 0; i < GET_PAGES; i++) {
+				uint64_t ref = SBD_PREF(9, i);
+
+				memcpy(out + 16 + 8 * i, &ref, 8);
+			}
+			cache_pins += GET_PAGES;
+			r.a = GET_PAGES, r.b = GET_TOKENS;
+			len = 16 + GET_PAGES * 8;
+			break;
+		}
+		case SBD_CACHE_DONE:
+			done_key = m.a;
+			done_ok = m.b;
+			dones++;
+			break;
+		case SBD_CACHE_UNPIN:
+			CHECK_EQ(m.len, m.a * 8);
+			for (uint64_t i = 0; i < m.a; i++) {
+				uint64_t ref;
+
+				memcpy(&ref, pay + 8 * i, 8);
+				CHECK(SBD_PREF_HEAP(ref) == 7 ||
+				      SBD_PREF_HEAP(ref) == 9);
+			}
+			unpins += (int)m.a;
+			cache_pins -= (int)m.a;
+			break;
+		default:
+			break;
+		}
+		r.nfds = fd >= 0;
+		r.len = len;
+		if (m.seq)
+			CHECK_EQ(sbd_send(s, &r, len ? out : NULL, fd), 0);
+		if (fd >= 0)
+			close(fd);
+	}
+	close(s);
+	return NULL;
+}
+
+static struct sbi_dclient *cl;
+
+static void test_lease(void)
+{
+	uint64_t granted = 0;
+
+	delay_ms = 150;
+	CHECK_EQ(sbi_dclient_lease(cl, 1 * MiB, 3 * MiB, 0, 0, 50, &granted),
+		 -ETIMEDOUT);
+	WAIT_FOR(returned == 3 * MiB, 5);
+	CHECK_EQ(returned, 3 * MiB);
+	printf("lease: a grant that came 100 ms late returned, %llu MiB\n",
+	       (unsigned long long)(returned / MiB));
+}
+
+static void test_heap(void)
+{
+	delay_ms = 150;
+	CHECK_EQ(sbi_dclient_heap(cl, 4 * MiB, 50), -ETIMEDOUT);
+	CHECK_EQ(sbi_dclient_heap(cl, 4 * MiB, 50), -ETIMEDOUT);
+	WAIT_FOR(freed_mask == (1 << 1 | 1 << 2), 5);
+	CHECK_EQ(freed_mask, 1 << 1 | 1 << 2);
+	printf("heap: two heaps made after their requests timed out, both "
+	       "freed\n");
+}
+
+static void test_cache_put(void)
+{
+	int32_t tok[4] = {1, 2, 3, 4};
+	uint64_t refs[PUT_PAGES], gen = 0;
+
+	delay_ms = 2300;	/* past CACHE_WAIT_MS */
+	CHECK_EQ(sbi_dclient_cache_put(cl, PUT_KEY, 0, 0, tok, 4, PUT_PAGES,
+				       refs, &gen),
+		 -ETIMEDOUT);
+	WAIT_FOR(dones == 1 && unpins == PUT_PAGES, 5);
+	CHECK_EQ(dones, 1);
+	CHECK_EQ(done_key, PUT_KEY);
+	CHECK_EQ(done_ok, 0);
+	CHECK_EQ(unpins, PUT_PAGES);
+	printf("cache put: a block granted late abandoned, its %d pins given "
+	       "back\n", PUT_PAGES);
+}
+
+static void test_cache_get(void)
+{
+	int32_t tok[GET_TOKENS];
+	uint64_t refs[GET_PAGES], gen = 0;
+
+	delay_ms = 2300;
+	CHECK_EQ(sbi_dclient_cache_get(cl, 77, 0, 0, tok, GET_TOKENS, refs,
+				       GET_PAGES, &gen),
+		 -ETIMEDOUT);
+	WAIT_FOR(unpins == PUT_PAGES + GET_PAGES, 5);
+	CHECK_EQ(unpins, PUT_PAGES + GET_PAGES);
+	CHECK_EQ(cache_pins, 0);
+	CHECK_EQ(dones, 1);
+	printf("cache get: a prompt found late, its %d pins given back\n",
+	       GET_PAGES);
+}
+
+static int main_test(void)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct sbi_dclient_cbs cbs = {0};
+	int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), err = 0;
+	pthread_t th;
+
+	snprintf(sock_path, sizeof(sock_path), "/tmp/sbd-late-%d.sock",
+		 (int)getpid());
+	CHECK(ls >= 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
+	unlink(sock_path);
+	CHECK_EQ(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	CHECK_EQ(listen(ls, 1), 0);
+	CHECK_EQ(pthread_create(&th, NULL, fake_daemon, &ls), 0);
+	cl = sbi_dclient_open(sock_path, 4096, false, 0, &err);
+	CHECK(cl != NULL);
+	CHECK_EQ(sbi_dclient_start(cl, &cbs), 0);
+	test_lease();
+	test_heap();
+	test_cache_put();
+	test_cache_get();
+	sbi_dclient_close(cl);
+	pthread_join(th, NULL);
+	close(ls);
+	unlink(sock_path);
+	printf("late replies: everything they granted given back\n");
+	return 0;
+}
+
+static int child(const char *name)
+{
+	(void)name;
+	return 1;
+}
