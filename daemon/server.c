@@ -140,6 +140,7 @@ static void status(struct sbd_server *s, struct sbd_client *who, uint32_t seq)
 	st->cache_misses = s->cache_misses;
 	st->floors = s->floors;
 	st->max_floor = s->max_floor;
+	st->flags = s->hugetlb ? SBD_STATUS_HUGETLB : 0;
 	for (struct sbd_client *c = s->clients; c; c = c->next) {
 		if (c->control)
 			continue;
@@ -153,6 +154,7 @@ static void status(struct sbd_server *s, struct sbd_client *who, uint32_t seq)
 			.bytes = c->lease, .resident = c->resident,
 			.used = c->used, .spilled = c->spilled,
 			.idle_ms = now - c->active_ms, .floor = c->floor,
+			.flags = c->hugetlb ? SBD_CLIENT_HUGETLB : 0,
 		};
 	}
 	st->nclients = n;

@@ -148,7 +148,12 @@ struct sbd_status {
 	uint64_t cache_hits, cache_misses;	/* CACHE_GET answers */
 	uint64_t floors;	/* the clients' floors, summed */
 	uint64_t max_floor;	/* --max-floor */
+	uint64_t flags;		/* SBD_STATUS_* (since 0.3; a daemon before
+				 * sends the struct without it) */
 };
+
+#define SBD_STATUS_HUGETLB 1u	/* sparsebufd --hugetlb: its cache is on
+				 * huge pages */
 
 struct sbd_client_info {
 	int32_t pid;
@@ -159,7 +164,15 @@ struct sbd_client_info {
 	uint64_t resident, used, spilled;
 	uint64_t idle_ms;	/* since its last lease or report with growth */
 	uint64_t floor;		/* bytes reserved for it (SBD_FLOOR) */
+	uint32_t flags;		/* SBD_CLIENT_* (since 0.3, as above) */
+	uint32_t reserved;
 };
+
+#define SBD_CLIENT_HUGETLB 1u	/* its heaps are huge pages */
+
+/* The structs' sizes before their flags (sparsebufctl reads both). */
+#define SBD_STATUS_V1_SIZE offsetof(struct sbd_status, flags)
+#define SBD_CLIENT_INFO_V1_SIZE offsetof(struct sbd_client_info, flags)
 
 #define SBD_MAX_CLIENTS_LISTED \
 	((SBD_MAX_PAYLOAD - sizeof(struct sbd_status)) / \

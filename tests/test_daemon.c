@@ -1446,6 +1446,85 @@ static void test_garbage(void)
 	printf("garbage: dropped, the other client still served\n");
 }
 
+/* A daemon before 0.3 (a fake, in a thread): its status has no flags.
+ * Answers *arg's first connection's HELLO and STATUS. */
+static void *status_v1_daemon(void *arg)
+{
+	static char buf[sizeof(struct sbd_msg) + SBD_MAX_PAYLOAD];
+	char out[SBD_STATUS_V1_SIZE + SBD_CLIENT_INFO_V1_SIZE] = {0};
+	struct sbd_status st = {.max_bytes = 64 * MiB, .nclients = 1};
+	struct sbd_client_info ci = {.pid = 4242, .page_size = 16384,
+				     .bytes = 3 * MiB};
+	int ls = *(int *)arg, s = accept(ls, NULL, NULL), rfd;
+	long n;
+
+	CHECK(s >= 0);
+	memcpy(out, &st, SBD_STATUS_V1_SIZE);
+	memcpy(out + SBD_STATUS_V1_SIZE, &ci, SBD_CLIENT_INFO_V1_SIZE);
+	while ((n = sbd_recv(s, buf, sizeof(buf), &rfd)) > 0) {
+		struct sbd_msg m, r = {.magic = SBD_MAGIC, .type = SBD_REPLY};
+
+		CHECK_EQ(sbd_msg_check(buf, (size_t)n, 0, false, &m), 0);
+		r.seq = m.seq;
+		if (m.type == SBD_STATUS)
+			r.len = sizeof(out);
+		CHECK_EQ(sbd_send(s, &r, r.len ? out : NULL, -1), 0);
+	}
+	close(s);
+	return NULL;
+}
+
+/* sparsebufctl reads an older daemon's status (no flags) as well as
+ * this one's, which says which clients and cache are on huge pages. */
+static void test_ctl_status(void)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char path[sizeof(dir) + 16], cmd[2 * PATH_MAX], out[4096];
+	int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct sb_pool *pool;
+	pthread_t th;
+	int err = 0;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "%s/old", dir);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	CHECK(ls >= 0);
+	CHECK_EQ(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	CHECK_EQ(listen(ls, 1), 0);
+	CHECK_EQ(pthread_create(&th, NULL, status_v1_daemon, &ls), 0);
+	snprintf(cmd, sizeof(cmd), "%s/sparsebufctl -s %s status --json",
+		 bin_dir(), path);
+	f = popen(cmd, "r");
+	CHECK(f);
+	n = fread(out, 1, sizeof(out) - 1, f);
+	out[n] = 0;
+	CHECK_EQ(pclose(f), 0);
+	pthread_join(th, NULL);
+	close(ls);
+	unlink(path);
+	CHECK(strstr(out, "\"pid\": 4242,") &&
+	      strstr(out, "\"bytes\": 3145728,") &&
+	      strstr(out, "\"hugetlb\": false}") &&
+	      strstr(out, "\"cache_hugetlb\": false,"));
+	/* This daemon: a shmem client, no flags. */
+	start_daemon("64M");
+	pool = connect_pool(0, &err);
+	CHECK(pool);
+	snprintf(cmd, sizeof(cmd), "%s/sparsebufctl -s %s status", bin_dir(),
+		 sock_path);
+	f = popen(cmd, "r");
+	CHECK(f);
+	n = fread(out, 1, sizeof(out) - 1, f);
+	out[n] = 0;
+	CHECK_EQ(pclose(f), 0);
+	CHECK(strstr(out, "   256K \n") && !strstr(out, "huge"));
+	sb_pool_destroy(pool);
+	stop_daemon(SIGTERM);
+	printf("ctl status: an older daemon's status read, this one's says "
+	       "each client's pages\n");
+}
+
 static void test_default_pool(void)
 {
 	char env[PATH_MAX + 32];
@@ -1635,6 +1714,7 @@ static int main_test(void)
 	RUN_CASE(daemon_killed);
 	RUN_CASE(kill_loop);
 	RUN_CASE(garbage);
+	RUN_CASE(ctl_status);
 	RUN_CASE(default_pool);
 	RUN_CASE(permissions);
 	unlink(strcat(strcpy((char[80]){0}, dir), "/witness-exit"));

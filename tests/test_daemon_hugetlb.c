@@ -68,6 +68,27 @@ static struct sbd_status status_first(struct sbd_client_info *first)
 	return st;
 }
 
+/* sparsebufctl status names the client's kind and the machine's huge
+ * pages. */
+static void ctl_says_huge(void)
+{
+	char cmd[2 * PATH_MAX], line[512];
+	bool client = false, machine = false, cache = false;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "%sctl -s %s status", daemon_bin,
+		 sock_path);
+	f = popen(cmd, "r");
+	CHECK(f);
+	while (fgets(line, sizeof(line), f)) {
+		client |= strstr(line, " 2048K huge") != NULL;
+		machine |= !strncmp(line, "huge pages: ", 12);
+		cache |= strstr(line, "MiB on huge pages;") != NULL;
+	}
+	CHECK_EQ(pclose(f), 0);
+	CHECK(client && machine && cache);
+}
+
 /* A client pool of 2 MiB pages: huge pages (heaps of 4 MiB: many heaps,
  * so most come from the daemon) or shmem (so that the kind of heap, not
  * the page size, is what differs from the daemon's). */
@@ -145,6 +166,9 @@ static void test_heaps(void)
 	st = status_first(&ci);
 	CHECK_EQ(st.nclients, 1);
 	CHECK_EQ(ci.page_size, HUGE);
+	CHECK(ci.flags & SBD_CLIENT_HUGETLB);
+	CHECK(st.flags & SBD_STATUS_HUGETLB);
+	ctl_says_huge();
 	CHECK(ci.bytes >= 12 * HUGE && st.bytes_used <= st.max_bytes);
 	printf("heaps: 12 huge pages placed, %ld of the buffer's mappings "
 	       "from the daemon's heaps, %llu MiB leased\n",
@@ -381,6 +405,13 @@ static void other_kind(bool daemon_huge)
 	CHECK_EQ(hello_cache_page(daemon_huge), HUGE);
 	CHECK_EQ(hello_cache_page(!daemon_huge), 0);
 	p = client(!daemon_huge, 0);
+	{
+		struct sbd_client_info ci;
+		struct sbd_status st = status_first(&ci);
+
+		CHECK_EQ(!!(ci.flags & SBD_CLIENT_HUGETLB), !daemon_huge);
+		CHECK_EQ(!!(st.flags & SBD_STATUS_HUGETLB), daemon_huge);
+	}
 	c = sb_kv_cache_create(p, &cfg, "test-model", 64 * MiB, &err);
 	CHECK(c);
 	s = kv_compute(p, 0, toks);

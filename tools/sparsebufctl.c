@@ -8,7 +8,8 @@
  *
  * status: the budget, what is leased, resident and on disk, and one line
  * per client process (pid, uid, bytes leased, resident, in use, on disk,
- * idle time). cache: the machine-wide prefix cache, one line per cached
+ * idle time, page size and kind); where huge pages are in use, the
+ * machine's (a second limit the budget does not count: docs/daemon.md). cache: the machine-wide prefix cache, one line per cached
  * prefix (model id, positions, bytes, pins, last use). A user other than
  * root and the daemon's sees only the processes and prefixes of its own
  * uid. wait: until a daemon answers at PATH (for
@@ -107,13 +108,68 @@ static double mib(uint64_t b)
 	return (double)b / (1 << 20);
 }
 
+/* A "Name: N" line of /proc/meminfo, -1 when absent. */
+static long meminfo(const char *name)
+{
+	char line[256];
+	size_t len = strlen(name);
+	long v = -1;
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, name, len) && line[len] == ':') {
+			v = strtol(line + len + 1, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+/*
+ * The reply's status and client list into *st and ci (at most max), in
+ * this build's layout: a daemon before 0.3 sends both structs without
+ * their flags (read as 0). false: not a status of either layout.
+ */
+static bool parse_status(const char *p, size_t len, struct sbd_status *st,
+			 struct sbd_client_info *ci, size_t max)
+{
+	static const size_t sizes[2][2] = {
+		{sizeof(struct sbd_status), sizeof(struct sbd_client_info)},
+		{SBD_STATUS_V1_SIZE, SBD_CLIENT_INFO_V1_SIZE},
+	};
+
+	for (int v = 0; v < 2; v++) {
+		size_t ss = sizes[v][0], cs = sizes[v][1];
+		uint64_t nc;
+
+		if (len < ss)
+			continue;
+		memcpy(&nc, p + offsetof(struct sbd_status, nclients),
+		       sizeof(nc));
+		if (nc > max || len != ss + nc * cs)
+			continue;
+		memset(st, 0, sizeof(*st));
+		memcpy(st, p, ss);
+		for (uint64_t i = 0; i < nc; i++) {
+			memset(&ci[i], 0, sizeof(ci[i]));
+			memcpy(&ci[i], p + ss + i * cs, cs);
+		}
+		return true;
+	}
+	return false;
+}
+
 static int status(const char *path, bool json)
 {
 	static char buf[sizeof(struct sbd_msg) + SBD_MAX_PAYLOAD];
+	static struct sbd_client_info ci[SBD_MAX_PAYLOAD /
+					 SBD_CLIENT_INFO_V1_SIZE];
 	struct sbd_msg m = {.type = SBD_STATUS, .seq = 2};
-	const struct sbd_status *st;
-	const struct sbd_client_info *ci;
+	struct sbd_status sts, *st = &sts;
 	int fd = hello(path, buf, sizeof(buf));
+	bool huge;
 	long n;
 
 	if (fd < 0) {
@@ -127,12 +183,14 @@ static int status(const char *path, bool json)
 			strerror(n < 0 ? (int)-n : EPROTO));
 		return 1;
 	}
-	st = (const struct sbd_status *)(buf + sizeof(m));
-	ci = (const struct sbd_client_info *)(st + 1);
-	if ((size_t)n != sizeof(m) + sizeof(*st) + st->nclients * sizeof(*ci)) {
+	if (!parse_status(buf + sizeof(m), (size_t)n - sizeof(m), st, ci,
+			  sizeof(ci) / sizeof(ci[0]))) {
 		fprintf(stderr, "sparsebufctl: %s: a malformed status\n", path);
 		return 1;
 	}
+	huge = st->flags & SBD_STATUS_HUGETLB;
+	for (uint64_t i = 0; i < st->nclients; i++)
+		huge |= ci[i].flags & SBD_CLIENT_HUGETLB;
 	if (json) {
 		printf("{\"max_bytes\": %llu, \"bytes_used\": %llu, "
 		       "\"bytes_resident\": %llu, \"bytes_shared\": %llu, "
@@ -141,7 +199,9 @@ static int status(const char *path, bool json)
 		       "\"refused\": %llu, \"clients_total\": %llu, "
 		       "\"cache_blocks\": %llu, \"cache_hits\": %llu, "
 		       "\"cache_misses\": %llu, \"floors\": %llu, "
-		       "\"max_floor\": %llu, \"clients\": [",
+		       "\"max_floor\": %llu, \"cache_hugetlb\": %s, "
+		       "\"huge_pages_total\": %ld, \"huge_pages_free\": %ld, "
+		       "\"clients\": [",
 		       (unsigned long long)st->max_bytes,
 		       (unsigned long long)st->bytes_used,
 		       (unsigned long long)st->bytes_resident,
@@ -156,13 +216,15 @@ static int status(const char *path, bool json)
 		       (unsigned long long)st->cache_hits,
 		       (unsigned long long)st->cache_misses,
 		       (unsigned long long)st->floors,
-		       (unsigned long long)st->max_floor);
+		       (unsigned long long)st->max_floor,
+		       st->flags & SBD_STATUS_HUGETLB ? "true" : "false",
+		       meminfo("HugePages_Total"), meminfo("HugePages_Free"));
 		for (uint64_t i = 0; i < st->nclients; i++)
 			printf("%s{\"pid\": %d, \"uid\": %u, \"id\": %u, "
 			       "\"page_size\": %u, \"bytes\": %llu, "
 			       "\"resident\": %llu, \"used\": %llu, "
 			       "\"spilled\": %llu, \"idle_ms\": %llu, "
-			       "\"floor\": %llu}",
+			       "\"floor\": %llu, \"hugetlb\": %s}",
 			       i ? ", " : "", ci[i].pid, ci[i].uid, ci[i].id,
 			       ci[i].page_size,
 			       (unsigned long long)ci[i].bytes,
@@ -170,7 +232,9 @@ static int status(const char *path, bool json)
 			       (unsigned long long)ci[i].used,
 			       (unsigned long long)ci[i].spilled,
 			       (unsigned long long)ci[i].idle_ms,
-			       (unsigned long long)ci[i].floor);
+			       (unsigned long long)ci[i].floor,
+			       ci[i].flags & SBD_CLIENT_HUGETLB ? "true"
+								: "false");
 		printf("]}\n");
 		return 0;
 	}
@@ -189,23 +253,33 @@ static int status(const char *path, bool json)
 	       (unsigned long long)st->reclaims,
 	       (unsigned long long)st->refused,
 	       (double)st->uptime_ms / 1000);
-	printf("cache: %llu block(s), %.1f MiB; %llu hit(s), %llu miss(es)\n",
+	printf("cache: %llu block(s), %.1f MiB%s; %llu hit(s), %llu "
+	       "miss(es)\n",
 	       (unsigned long long)st->cache_blocks, mib(st->bytes_shared),
+	       st->flags & SBD_STATUS_HUGETLB ? " on huge pages" : "",
 	       (unsigned long long)st->cache_hits,
 	       (unsigned long long)st->cache_misses);
+	if (huge)
+		printf("huge pages: %ld free of %ld (the machine's, %ld kB "
+		       "each: a limit apart from the budget)\n",
+		       meminfo("HugePages_Free"), meminfo("HugePages_Total"),
+		       meminfo("Hugepagesize"));
 	if (st->max_floor)
 		printf("floors: %.1f MiB reserved, at most %.1f MiB a "
 		       "client\n",
 		       mib(st->floors), mib(st->max_floor));
 	if (st->nclients)
-		printf("%8s %6s %10s %10s %10s %10s %10s %8s\n", "pid", "uid",
-		       "MiB", "floor", "resident", "used", "on disk",
-		       "idle s");
+		printf("%8s %6s %10s %10s %10s %10s %10s %8s %9s\n", "pid",
+		       "uid", "MiB", "floor", "resident", "used", "on disk",
+		       "idle s", "pages");
 	for (uint64_t i = 0; i < st->nclients; i++)
-		printf("%8d %6u %10.1f %10.1f %10.1f %10.1f %10.1f %8.1f\n",
+		printf("%8d %6u %10.1f %10.1f %10.1f %10.1f %10.1f %8.1f "
+		       "%6uK %s\n",
 		       ci[i].pid, ci[i].uid, mib(ci[i].bytes),
 		       mib(ci[i].floor), mib(ci[i].resident), mib(ci[i].used),
-		       mib(ci[i].spilled), (double)ci[i].idle_ms / 1000);
+		       mib(ci[i].spilled), (double)ci[i].idle_ms / 1000,
+		       ci[i].page_size >> 10,
+		       ci[i].flags & SBD_CLIENT_HUGETLB ? "huge" : "");
 	return 0;
 }
 
