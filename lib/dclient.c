@@ -32,6 +32,10 @@
 #include <unistd.h>
 
 #define RECONNECT_MS 100
+/* Between HELLOs to a daemon that answers the connection but drops the
+ * HELLO (one older than a flag we send, say) three times running: each
+ * try costs it a line in its log. */
+#define REFUSED_MS 2000
 #define STASH_MAX 4
 /* Requests whose wait timed out, remembered for their late replies. */
 #define STALE_MAX 8
@@ -374,8 +378,8 @@ static void *reader(void *arg)
 {
 	struct sbi_dclient *c = arg;
 	char *buf = malloc(sizeof(struct sbd_msg) + SBD_MAX_PAYLOAD);
-	bool warned = false;
-	int retry_ms = 5;
+	bool warned = false, said_refused = false;
+	int retry_ms = 5, refused = 0;
 
 	sbi_thread_internal();
 	if (!buf)
@@ -406,9 +410,28 @@ static void *reader(void *arg)
 				retry_ms = retry_ms * 2 > RECONNECT_MS
 						   ? RECONNECT_MS
 						   : retry_ms * 2;
+				refused = s == -ECONNRESET || s == -EPROTO ||
+						  s == -EBADMSG
+					  ? refused + 1
+					  : 0;
+				if (refused >= 3) {
+					if (!said_refused)
+						sbi_warn("sparsebufd at %s "
+							 "drops this client's "
+							 "HELLO (%s; older "
+							 "than this library?):"
+							 " trying again every "
+							 "%d s",
+							 c->path, strerror(-s),
+							 REFUSED_MS / 1000);
+					said_refused = true;
+					retry_ms = REFUSED_MS;
+				}
 				continue;
 			}
 			retry_ms = 5;
+			refused = 0;
+			said_refused = false;
 			pthread_mutex_lock(&c->lock);
 			c->sock = s;
 			c->gen++;

@@ -12,6 +12,12 @@
  *               filled) and its pages' pins given back
  *   cache_get   a prompt found: its pages' pins given back
  *
+ * And a daemon replaced by one that drops the client's HELLO (an older
+ * one, refusing a flag): the client tries again, but not every 100 ms
+ * for ever (each try is a line in that daemon's log).
+ *
+ *   refused     HELLOs dropped for 3 s: at most 8 tries
+ *
  * The daemon is a fake in a thread, speaking lib/dproto.h, that counts
  * what comes back. Needs no kernel feature.
  */
@@ -19,6 +25,7 @@
 #include "harness_internal.h"
 #include "dproto.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
@@ -192,20 +199,86 @@ static void test_cache_get(void)
 	       GET_PAGES);
 }
 
-static int main_test(void)
+/* listen on path, a fake daemon's socket */
+static int listen_at(const char *path)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	CHECK(ls >= 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	unlink(path);
+	CHECK_EQ(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	CHECK_EQ(listen(ls, 4), 0);
+	return ls;
+}
+
+static _Atomic int hellos_dropped;
+
+/* Answers the first connection's HELLO, then hangs up on it and on every
+ * later connection's HELLO, for 3 s. */
+static void *dropping_daemon(void *arg)
+{
+	static char buf[sizeof(struct sbd_msg) + SBD_MAX_PAYLOAD];
+	int ls = *(int *)arg, s = accept(ls, NULL, NULL), rfd;
+	struct sbd_msg m, r = {.magic = SBD_MAGIC, .type = SBD_REPLY,
+			       .seq = 1, .a = 1, .b = GiB, .c = 4096};
+	long n = sbd_recv(s, buf, sizeof(buf), &rfd);
+	double t0;
+
+	CHECK(n > 0);
+	CHECK_EQ(sbd_msg_check(buf, (size_t)n, 0, false, &m), 0);
+	CHECK_EQ(m.type, SBD_HELLO);
+	CHECK_EQ(sbd_send(s, &r, NULL, -1), 0);
+	usleep(100000);
+	close(s);
+	t0 = now_s();
+	while (now_s() - t0 < 3) {
+		struct pollfd p = {ls, POLLIN, 0};
+
+		if (poll(&p, 1, 50) != 1)
+			continue;
+		s = accept(ls, NULL, NULL);
+		CHECK(s >= 0);
+		if (sbd_recv(s, buf, sizeof(buf), &rfd) > 0)
+			hellos_dropped++;
+		close(s);
+	}
+	return NULL;
+}
+
+static void test_refused(void)
+{
+	char path[sizeof(sock_path) + 8];
 	struct sbi_dclient_cbs cbs = {0};
-	int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), err = 0;
+	struct sbi_dclient *c;
+	pthread_t th;
+	int ls, err = 0;
+
+	snprintf(path, sizeof(path), "%s.old", sock_path);
+	ls = listen_at(path);
+	CHECK_EQ(pthread_create(&th, NULL, dropping_daemon, &ls), 0);
+	c = sbi_dclient_open(path, 4096, false, 0, &err);
+	CHECK(c != NULL);
+	CHECK_EQ(sbi_dclient_start(c, &cbs), 0);
+	pthread_join(th, NULL);
+	sbi_dclient_close(c);
+	close(ls);
+	unlink(path);
+	CHECK(hellos_dropped >= 3 && hellos_dropped <= 8);
+	printf("refused: %d HELLOs tried in 3 s against a daemon that drops "
+	       "them\n", (int)hellos_dropped);
+}
+
+static int main_test(void)
+{
+	struct sbi_dclient_cbs cbs = {0};
+	int ls, err = 0;
 	pthread_t th;
 
 	snprintf(sock_path, sizeof(sock_path), "/tmp/sbd-late-%d.sock",
 		 (int)getpid());
-	CHECK(ls >= 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
-	unlink(sock_path);
-	CHECK_EQ(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	CHECK_EQ(listen(ls, 1), 0);
+	ls = listen_at(sock_path);
 	CHECK_EQ(pthread_create(&th, NULL, fake_daemon, &ls), 0);
 	cl = sbi_dclient_open(sock_path, 4096, false, 0, &err);
 	CHECK(cl != NULL);
@@ -218,6 +291,7 @@ static int main_test(void)
 	pthread_join(th, NULL);
 	close(ls);
 	unlink(sock_path);
+	test_refused();
 	printf("late replies: everything they granted given back\n");
 	return 0;
 }
