@@ -67,6 +67,9 @@ struct sbd_block {
 	uint32_t pins;			/* on its pages, all clients */
 	bool spilled;			/* pages[] are spill-file offsets */
 	struct sbd_client *filler;	/* being filled by it: unfindable */
+	uint32_t guard;			/* a request under way relies on it
+					 * (a put's parent): neither spilled
+					 * nor dropped meanwhile */
 	uint64_t last_ms;
 	int32_t *tokens;
 	uint64_t *pages;
@@ -277,6 +280,9 @@ static void page_unpin(struct sbd_server *s, struct sbd_cache *k,
 {
 	if (count > h->pins[idx])
 		count = h->pins[idx];
+	if (!count)
+		return;	/* none held: nothing changes (a free page stays
+			 * free, never freed twice) */
 	h->pins[idx] -= count;
 	if (h->blk[idx])
 		h->blk[idx]->pins -= count;
@@ -288,8 +294,16 @@ static void page_unpin(struct sbd_server *s, struct sbd_cache *k,
 
 static size_t pin_slot(const struct sbd_pins *p, uint64_t ref)
 {
-	size_t i = (size_t)((ref * 0x9e3779b97f4a7c15ull) >> 20) &
-		   (p->cap - 1);
+	/* Every bit of the ref mixed in (splitmix64's finaliser): a
+	 * product's low bits alone depend on the page index only, which put
+	 * every heap's page 0 in one cluster. */
+	uint64_t h = ref;
+	size_t i;
+
+	h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+	h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+	h ^= h >> 31;
+	i = (size_t)h & (p->cap - 1);
 
 	while (p->ref[i] && p->ref[i] != ref)
 		i = (i + 1) & (p->cap - 1);
@@ -333,6 +347,7 @@ static bool pin(struct sbd_client *c, struct sbd_cheap *h, uint64_t ref)
 	i = pin_slot(p, ref);
 	if (!p->ref[i]) {
 		p->ref[i] = ref;
+		p->cnt[i] = 0;
 		p->n++;
 	}
 	p->cnt[i]++;
@@ -364,7 +379,10 @@ static void unpin(struct sbd_server *s, struct sbd_cache *k,
 		page_unpin(s, k, h, idx, count);
 	if (p->cnt[i])
 		return;
-	/* Remove, then re-place the rest of the cluster. */
+	/* Remove, then re-place the rest of the cluster: an entry moves
+	 * with its count, and the slot it leaves keeps none (the next ref
+	 * placed there would start from it: pins this client never took,
+	 * given back for others', freeing pages they still map). */
 	p->ref[i] = 0;
 	p->n--;
 	for (j = (i + 1) & (p->cap - 1); p->ref[j]; j = (j + 1) & (p->cap - 1)) {
@@ -373,6 +391,7 @@ static void unpin(struct sbd_server *s, struct sbd_cache *k,
 		size_t t;
 
 		p->ref[j] = 0;
+		p->cnt[j] = 0;
 		t = pin_slot(p, r);
 		p->ref[t] = r;
 		p->cnt[t] = n;
@@ -455,6 +474,7 @@ static bool block_spill(struct sbd_server *s, struct sbd_cache *k,
 {
 	uint64_t *off = malloc(b->npages * sizeof(*off));
 	char *buf = malloc(s->page_size);
+	bool failed = false;
 	uint32_t i;
 
 	if (!off || !buf)
@@ -477,11 +497,13 @@ static bool block_spill(struct sbd_server *s, struct sbd_cache *k,
 					     s->page_size),
 				     s->spill_fd, (off_t)off[i], buf,
 				     s->page_size)) {
+			/* (its slot is forgotten with the others: i + 1) */
+			failed = true;
 			i++;
 			break;
 		}
 	}
-	if (i < b->npages || fdatasync(s->spill_fd) < 0) {
+	if (failed || i < b->npages || fdatasync(s->spill_fd) < 0) {
 		spill_forget(s, k, off, i);
 		goto fail;
 	}
@@ -515,13 +537,14 @@ static int block_unspill(struct sbd_server *s, struct sbd_cache *k,
 		goto out;
 	}
 	b->last_ms = sbd_now_ms();	/* not the one to make room */
+	b->guard++;	/* (nor one dropped with its parent: the shrink) */
 	if (room(s) < bytes)
 		sbd_cache_shrink(s, bytes - room(s));
-	if (room(s) < bytes) {
+	if (room(s) < bytes)
 		r = -ENOSPC;
-		goto out;
-	}
-	r = pages_take(s, k, b->uid, b->npages, pages);
+	else
+		r = pages_take(s, k, b->uid, b->npages, pages);
+	b->guard--;
 	if (r < 0)
 		goto out;
 	for (uint32_t i = 0; i < b->npages && r == 0; i++) {
@@ -596,6 +619,26 @@ static void drop_subtree(struct sbd_server *s, struct sbd_cache *k,
 	block_drop(s, k, b);
 }
 
+/* Nothing in b's subtree is pinned, being filled or guarded. */
+static bool subtree_idle(const struct sbd_block *b)
+{
+	const struct sbd_block *x = b;
+
+	for (;;) {
+		if (x->pins || x->filler || x->guard)
+			return false;
+		if (x->child) {
+			x = x->child;
+			continue;
+		}
+		while (x != b && !x->sibling)
+			x = x->parent;
+		if (x == b)
+			return true;
+		x = x->sibling;
+	}
+}
+
 static int by_last_ms(const void *x, const void *y)
 {
 	const struct sbd_block *a = *(struct sbd_block *const *)x;
@@ -629,7 +672,8 @@ uint64_t sbd_cache_shrink(struct sbd_server *s, uint64_t need)
 		for (uint32_t i = 0; i < NBUCKETS; i++)
 			for (struct sbd_block *b = k->bucket[i]; b;
 			     b = b->next)
-				if (!b->filler && !b->pins && !b->spilled)
+				if (!b->filler && !b->pins && !b->spilled &&
+				    !b->guard)
 					v[n++] = b;
 		qsort(v, n, sizeof(*v), by_last_ms);
 		for (size_t j = 0; j < n && before - s->cache_bytes < need;
@@ -651,7 +695,8 @@ uint64_t sbd_cache_shrink(struct sbd_server *s, uint64_t need)
 			 * looked at again this round (one used at the same
 			 * millisecond comes after its child: its own turn). */
 			while (b && !b->children && !b->filler && !b->pins &&
-			       !b->spilled && before - s->cache_bytes < need) {
+			       !b->spilled && !b->guard &&
+			       before - s->cache_bytes < need) {
 				struct sbd_block *up = b->parent;
 
 				if (s->verbose)
@@ -663,6 +708,25 @@ uint64_t sbd_cache_shrink(struct sbd_server *s, uint64_t need)
 				progress = true;
 				b = up && up->last_ms < t ? up : NULL;
 			}
+		}
+		/* Stuck: what is left in memory is pinned, or parents of
+		 * blocks on disk, and the disk takes no more (full, or the
+		 * file at SPILL_FACTOR times the budget). A parent cannot be
+		 * dropped while its children may be found, so the coldest
+		 * such parent goes with everything after it, the disk's
+		 * blocks too (their room back). */
+		for (size_t j = 0; !progress && j < n; j++) {
+			size_t was = k->nblocks;
+
+			if (!v[j]->children || !subtree_idle(v[j]))
+				continue;
+			if (s->verbose)
+				sbd_log("cache: dropped a block and what follows "
+					"it (uid %u, depth %u): the disk is full",
+					(unsigned)v[j]->uid, v[j]->depth);
+			drop_subtree(s, k, v[j]);
+			s->cache_dropped += was - k->nblocks;
+			progress = true;
 		}
 		free(v);
 	}
@@ -687,13 +751,47 @@ static void reply_payload(struct sbd_client *c, uint32_t seq, int64_t err,
 	sbd_send(c->fd, &m, p, -1);
 }
 
+/* A block of n pages (room made from the cache's own cold blocks, never
+ * a lease) with room for tokbytes of tokens, its pages taken: 0, or
+ * -ENOSPC (no room in the budget), -EBUSY (c fills too many), -ENOMEM. */
+static int block_new(struct sbd_server *s, struct sbd_cache *k,
+		     struct sbd_client *c, uint32_t n, uint32_t tokbytes,
+		     struct sbd_block **out)
+{
+	uint64_t bytes = (uint64_t)n * s->page_size;
+	struct sbd_block *b;
+
+	if (room(s) < bytes)
+		sbd_cache_shrink(s, bytes - room(s));
+	if (room(s) < bytes)
+		return -ENOSPC;
+	if (c->nfilling >= MAX_FILLING)
+		return -EBUSY;
+	b = calloc(1, sizeof(*b));
+	if (b) {
+		b->tokens = malloc(tokbytes);
+		b->pages = malloc(n * sizeof(*b->pages));
+	}
+	if (!b || !b->tokens || !b->pages ||
+	    pages_take(s, k, c->uid, n, b->pages) < 0) {
+		if (b) {
+			free(b->tokens);
+			free(b->pages);
+		}
+		free(b);
+		return -ENOMEM;
+	}
+	*out = b;
+	return 0;
+}
+
 static void put(struct sbd_server *s, struct sbd_client *c,
 		const struct sbd_msg *m, const void *payload)
 {
 	struct sbd_cache *k = cache_of(s);
 	uint32_t n = (uint32_t)m->d, ntok = m->len / 4;
-	uint64_t bytes = (uint64_t)n * s->page_size;
 	struct sbd_block *parent = NULL, *b;
+	int r;
 
 	if (!k) {
 		sbd_reply(s, c, m->seq, -ENOMEM, 0, 0, 0, -1);
@@ -713,34 +811,17 @@ static void put(struct sbd_server *s, struct sbd_client *c,
 			return;
 		}
 	}
-	if (room(s) < bytes) {
-		/* The cache's own cold blocks first; never a lease. The
-		 * parent is kept: it is used now. */
-		if (parent)
-			parent->last_ms = sbd_now_ms();
-		sbd_cache_shrink(s, bytes - room(s));
+	/* The parent is used now: whatever makes room (the budget's, or
+	 * the huge pages' in pages_take) keeps it. */
+	if (parent) {
+		parent->last_ms = sbd_now_ms();
+		parent->guard++;
 	}
-	if (room(s) < bytes) {
-		sbd_reply(s, c, m->seq, -ENOSPC, 0, 0, 0, -1);
-		return;
-	}
-	if (c->nfilling >= MAX_FILLING) {
-		sbd_reply(s, c, m->seq, -EBUSY, 0, 0, 0, -1);
-		return;
-	}
-	b = calloc(1, sizeof(*b));
-	if (b) {
-		b->tokens = malloc(m->len);
-		b->pages = malloc(n * sizeof(*b->pages));
-	}
-	if (!b || !b->tokens || !b->pages ||
-	    pages_take(s, k, c->uid, n, b->pages) < 0) {
-		if (b) {
-			free(b->tokens);
-			free(b->pages);
-		}
-		free(b);
-		sbd_reply(s, c, m->seq, -ENOMEM, 0, 0, 0, -1);
+	r = block_new(s, k, c, n, m->len, &b);
+	if (parent)
+		parent->guard--;
+	if (r < 0) {
+		sbd_reply(s, c, m->seq, r, 0, 0, 0, -1);
 		return;
 	}
 	memcpy(b->tokens, payload, m->len);

@@ -83,8 +83,9 @@ struct sb_pool_opts {
  * (sb_features.hugetlb_page_size), and the pages come from the huge
  * pages the administrator reserved (vm.nr_hugepages), which the library
  * never changes: when they run out, placements fail with -ENOMEM as
- * at the budget, and faults raise SIGBUS. Not with a NUMA node (-EINVAL)
- * nor sb_pool_connect (-EOPNOTSUPP). SPARSEBUF_HUGETLB=1. */
+ * at the budget, and faults raise SIGBUS. Not with a NUMA node
+ * (-EINVAL). With sb_pool_connect, sparsebufd makes the heaps on
+ * hugetlbfs (one older than 0.3: -EOPNOTSUPP). SPARSEBUF_HUGETLB=1. */
 #define SB_POOL_HUGETLB 0x1u
 
 /* Fill *opts with the defaults (256 KiB pages, 64 MiB heaps, no budget, no
