@@ -76,8 +76,9 @@ static void ctl_says_huge(void)
 	bool client = false, machine = false, cache = false;
 	FILE *f;
 
-	snprintf(cmd, sizeof(cmd), "%sctl -s %s status", daemon_bin,
-		 sock_path);
+	/* (.../bin/sparsebufd: its ctl beside it) */
+	snprintf(cmd, sizeof(cmd), "%.*sctl -s %s status",
+		 (int)strlen(daemon_bin) - 1, daemon_bin, sock_path);
 	f = popen(cmd, "r");
 	CHECK(f);
 	while (fgets(line, sizeof(line), f)) {
