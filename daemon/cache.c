@@ -661,6 +661,11 @@ uint64_t sbd_cache_shrink(struct sbd_server *s, uint64_t need)
 	 * each, not a scan per block): any cold block may go to disk (it
 	 * stays findable); only a leaf may be dropped, and a parent becomes
 	 * one once its children went, in the next round. */
+	/* Cleared once a round could spill nothing (the disk full, or the
+	 * file at its bound): the rounds after it only drop, rather than
+	 * each try every candidate on a disk that refuses them all. */
+	bool spill = s->spill;
+
 	for (bool progress = true;
 	     progress && before - s->cache_bytes < need;) {
 		struct sbd_block **v = malloc(k->nblocks * sizeof(*v));
@@ -681,7 +686,7 @@ uint64_t sbd_cache_shrink(struct sbd_server *s, uint64_t need)
 			struct sbd_block *b = v[j];
 			uint64_t t = b->last_ms;
 
-			if (s->spill && block_spill(s, k, b)) {
+			if (spill && block_spill(s, k, b)) {
 				if (s->verbose)
 					sbd_log("cache: a block to disk (uid "
 						"%u, depth %u)",
@@ -710,11 +715,13 @@ uint64_t sbd_cache_shrink(struct sbd_server *s, uint64_t need)
 			}
 		}
 		/* Stuck: what is left in memory is pinned, or parents of
-		 * blocks on disk, and the disk takes no more (full, or the
-		 * file at SPILL_FACTOR times the budget). A parent cannot be
+		 * blocks on disk, and the disk takes no more (full, an I/O
+		 * error, or the file at SPILL_FACTOR times the budget). A parent cannot be
 		 * dropped while its children may be found, so the coldest
 		 * such parent goes with everything after it, the disk's
 		 * blocks too (their room back). */
+		if (!progress)
+			spill = false;
 		for (size_t j = 0; !progress && j < n; j++) {
 			size_t was = k->nblocks;
 
@@ -722,7 +729,8 @@ uint64_t sbd_cache_shrink(struct sbd_server *s, uint64_t need)
 				continue;
 			if (s->verbose)
 				sbd_log("cache: dropped a block and what follows "
-					"it (uid %u, depth %u): the disk is full",
+					"it (uid %u, depth %u): the spill file "
+					"takes no more",
 					(unsigned)v[j]->uid, v[j]->depth);
 			drop_subtree(s, k, v[j]);
 			s->cache_dropped += was - k->nblocks;

@@ -37,8 +37,12 @@
  * try costs it a line in its log. */
 #define REFUSED_MS 2000
 #define STASH_MAX 4
-/* Requests whose wait timed out, remembered for their late replies. */
-#define STALE_MAX 8
+/* Requests whose wait timed out, remembered for their late replies: the
+ * lease thread's LEASE and HEAP time out every 200 ms while the daemon
+ * stalls (a spill in its loop), so seconds of them. */
+#define STALE_MAX 32
+/* Give-backs the socket had no room for, sent at the next flush. */
+#define GIVEBACK_MAX 32
 
 /*
  * A request nobody waits for any more. Its reply may still come, and
@@ -90,9 +94,11 @@ struct sbi_dclient {
 	 * (sbi_dclient_cache_unpin is called under a pool's lock). */
 	uint64_t *unpins;
 	size_t nunpins, unpin_cap;
-	struct stale_req stale[STALE_MAX];	/* the last ones, oldest
-						 * overwritten */
+	struct stale_req stale[STALE_MAX];	/* free slots first, else
+						 * the next in turn */
 	unsigned stale_next;
+	struct sbd_msg giveback[GIVEBACK_MAX];	/* queued, in order */
+	size_t ngiveback;
 	int reply_fd;
 	struct dheap *heaps;
 	size_t nheaps, heap_cap;
@@ -248,8 +254,10 @@ static int hello(struct sbi_dclient *c)
 	c->daemon_page = m.c;
 	c->accepted = m.d;
 	c->granted = granted;
-	/* Unpins meant for the daemon before: this one never pinned. */
+	/* Unpins and give-backs meant for the daemon before: this one
+	 * never pinned or granted. */
 	c->nunpins = 0;
+	c->ngiveback = 0;
 	pthread_mutex_unlock(&c->lock);
 	return s;
 fail:
@@ -288,12 +296,35 @@ static void drop_locked(struct sbi_dclient *c)
  * held. Sent now when the socket takes them, else at the next flush. */
 static void queue_unpins_locked(struct sbi_dclient *c, const char *refs,
 				uint64_t n);
-static void flush_unpins_locked(struct sbi_dclient *c);
+static void flush_pending_locked(struct sbi_dclient *c);
 
-/* What the late reply m (granted: err 0) to st holds goes back; c->lock
- * held, connected. A send that fails closes the connection: the daemon
- * then drops everything of this client's, and the reconnection tells it
- * what the pool really holds. */
+/* Send the give-back r (no reply wanted, or one nobody waits for) after
+ * any queued before it; c->lock held. A full socket (the daemon stalled:
+ * when late replies come) queues it for the next flush: a closed
+ * connection would make the daemon drop every pin of ours, the pages we
+ * still map included. Past the queue, it is lost (the daemon keeps that
+ * record until we disconnect, as before any give-back). */
+static void giveback_locked(struct sbi_dclient *c, const struct sbd_msg *r)
+{
+	if (c->ngiveback < GIVEBACK_MAX)
+		c->giveback[c->ngiveback++] = *r;
+	flush_pending_locked(c);
+}
+
+/* A reply to LEASE seq has come: the daemon has answered or dropped
+ * every earlier one (it keeps one LEASE a client, the newest), so their
+ * slots are free. c->lock held. */
+static void forget_older_leases_locked(struct sbi_dclient *c, uint32_t seq)
+{
+	for (size_t i = 0; i < STALE_MAX; i++)
+		if (c->stale[i].seq && c->stale[i].type == SBD_LEASE &&
+		    (int32_t)(seq - c->stale[i].seq) > 0)
+			c->stale[i].seq = 0;
+}
+
+/* What the late reply m to st grants goes back; c->lock held,
+ * connected. Granted: err 0, or a heap made whose descriptor did not
+ * reach us (-EMFILE: sbi_dclient_heap frees that one too). */
 static void undo_late_locked(struct sbi_dclient *c,
 			     const struct stale_req *st,
 			     const struct sbd_msg *m, const char *payload)
@@ -301,6 +332,8 @@ static void undo_late_locked(struct sbi_dclient *c,
 	struct sbd_msg r = {.magic = SBD_MAGIC};
 	uint64_t tok_bytes;
 
+	if (m->err && !(st->type == SBD_HEAP && m->err == -EMFILE))
+		return;
 	switch (st->type) {
 	case SBD_LEASE:
 		if (!m->a)
@@ -315,7 +348,7 @@ static void undo_late_locked(struct sbi_dclient *c,
 	case SBD_CACHE_PUT:
 		/* The block is ours to fill: abandoned (with its pages'
 		 * pins). Its reply, to a seq nobody waits for, is dropped. */
-		if (m->len == m->a * 8)
+		if (m->a <= SBD_CACHE_MAX_PAGES && m->len == m->a * 8)
 			queue_unpins_locked(c, payload, m->a);
 		if (++c->next_seq == 0)
 			c->next_seq = 1;
@@ -324,18 +357,16 @@ static void undo_late_locked(struct sbi_dclient *c,
 	case SBD_CACHE_GET:
 		/* tokens (int32, padded to 8 bytes), then the pinned refs */
 		tok_bytes = (m->b * 4 + 7) & ~(uint64_t)7;
-		if (m->b <= SBD_CACHE_MAX_TOKENS &&
+		if (m->a <= SBD_CACHE_MAX_PAGES &&
+		    m->b <= SBD_CACHE_MAX_TOKENS &&
 		    tok_bytes + m->a * 8 == m->len)
 			queue_unpins_locked(c, payload + tok_bytes, m->a);
-		flush_unpins_locked(c);
+		flush_pending_locked(c);
 		return;
 	default:
 		return;
 	}
-	if (sbd_send_nowait(c->sock, &r) < 0)
-		broken_locked(c);
-	else if (st->type == SBD_CACHE_PUT)
-		flush_unpins_locked(c);
+	giveback_locked(c, &r);
 }
 
 static void handle(struct sbi_dclient *c, const struct sbd_msg *m,
@@ -364,7 +395,9 @@ static void handle(struct sbi_dclient *c, const struct sbd_msg *m,
 			if (st->seq != m->seq)
 				continue;
 			st->seq = 0;
-			if (st->gen == c->gen && m->err == 0 && up(c))
+			if (st->type == SBD_LEASE)
+				forget_older_leases_locked(c, m->seq);
+			if (st->gen == c->gen && up(c))
 				undo_late_locked(c, st, m, payload);
 			break;
 		}
@@ -618,7 +651,12 @@ static void remember_stale_locked(struct sbi_dclient *c,
 	if (req->type != SBD_LEASE && req->type != SBD_HEAP &&
 	    req->type != SBD_CACHE_PUT && req->type != SBD_CACHE_GET)
 		return;	/* nothing the daemon keeps for us */
-	st = &c->stale[c->stale_next++ % STALE_MAX];
+	st = NULL;
+	for (size_t i = 0; i < STALE_MAX && !st; i++)
+		if (!c->stale[i].seq)
+			st = &c->stale[i];
+	if (!st)	/* all waiting: the next in turn goes */
+		st = &c->stale[c->stale_next++ % STALE_MAX];
 	*st = (struct stale_req){.seq = req->seq, .type = req->type,
 				 .gen = gen, .key = req->a, .c = req->c,
 				 .d = req->d};
@@ -659,6 +697,8 @@ static int request_p(struct sbi_dclient *c, struct sbd_msg *req,
 		       r != ETIMEDOUT)
 			r = pthread_cond_timedwait(&c->cond, &c->lock, &dl);
 		if (c->have_reply) {
+			if (req->type == SBD_LEASE)
+				forget_older_leases_locked(c, req->seq);
 			*rep = c->reply;
 			if (rpay)
 				memcpy(rpay, c->reply_payload,
@@ -1055,10 +1095,28 @@ int sbi_dclient_cache_heap(struct sbi_dclient *c, uint32_t id, uint64_t gen,
 	return fd;
 }
 
-/* Send what is queued, without waiting; c->lock held. */
-static void flush_unpins_locked(struct sbi_dclient *c)
+/* Send what is queued (give-backs, in order, then unpins), without
+ * waiting; c->lock held. */
+static void flush_pending_locked(struct sbi_dclient *c)
 {
-	size_t max = SBD_MAX_PAYLOAD / sizeof(uint64_t);
+	size_t max = SBD_MAX_PAYLOAD / sizeof(uint64_t), sent = 0;
+
+	while (sent < c->ngiveback && up(c)) {
+		int r = sbd_send_nowait(c->sock, &c->giveback[sent]);
+
+		if (r == -EAGAIN)
+			break;
+		if (r < 0) {
+			broken_locked(c);
+			return;
+		}
+		sent++;
+	}
+	memmove(c->giveback, c->giveback + sent,
+		(c->ngiveback - sent) * sizeof(c->giveback[0]));
+	c->ngiveback -= sent;
+	if (c->ngiveback)
+		return;	/* unpins after: none overtakes a DONE */
 
 	while (c->nunpins && up(c)) {
 		size_t n = c->nunpins < max ? c->nunpins : max;
@@ -1115,7 +1173,7 @@ void sbi_dclient_cache_unpin(struct sbi_dclient *c, uint64_t gen,
 			if (!queue_unpin_locked(c, ref))
 				break;	/* held until we exit */
 		if (c->nunpins >= 1024)
-			flush_unpins_locked(c);
+			flush_pending_locked(c);
 	}
 	pthread_mutex_unlock(&c->lock);
 }
@@ -1123,7 +1181,7 @@ void sbi_dclient_cache_unpin(struct sbi_dclient *c, uint64_t gen,
 void sbi_dclient_cache_flush(struct sbi_dclient *c)
 {
 	pthread_mutex_lock(&c->lock);
-	flush_unpins_locked(c);
+	flush_pending_locked(c);
 	pthread_mutex_unlock(&c->lock);
 }
 

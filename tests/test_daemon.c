@@ -1447,7 +1447,8 @@ static void test_garbage(void)
 }
 
 /* A daemon before 0.3 (a fake, in a thread): its status has no flags.
- * Answers *arg's first connection's HELLO and STATUS. */
+ * Answers *arg's first two connections' HELLO and STATUS: one client
+ * listed, then none. */
 static void *status_v1_daemon(void *arg)
 {
 	static char buf[sizeof(struct sbd_msg) + SBD_MAX_PAYLOAD];
@@ -1455,22 +1456,32 @@ static void *status_v1_daemon(void *arg)
 	struct sbd_status st = {.max_bytes = 64 * MiB, .nclients = 1};
 	struct sbd_client_info ci = {.pid = 4242, .page_size = 16384,
 				     .bytes = 3 * MiB};
-	int ls = *(int *)arg, s = accept(ls, NULL, NULL), rfd;
+	int ls = *(int *)arg, rfd;
 	long n;
 
-	CHECK(s >= 0);
-	memcpy(out, &st, SBD_STATUS_V1_SIZE);
-	memcpy(out + SBD_STATUS_V1_SIZE, &ci, SBD_CLIENT_INFO_V1_SIZE);
-	while ((n = sbd_recv(s, buf, sizeof(buf), &rfd)) > 0) {
-		struct sbd_msg m, r = {.magic = SBD_MAGIC, .type = SBD_REPLY};
+	for (int k = 0; k < 2; k++) {
+		int s = accept(ls, NULL, NULL);
 
-		CHECK_EQ(sbd_msg_check(buf, (size_t)n, 0, false, &m), 0);
-		r.seq = m.seq;
-		if (m.type == SBD_STATUS)
-			r.len = sizeof(out);
-		CHECK_EQ(sbd_send(s, &r, r.len ? out : NULL, -1), 0);
+		CHECK(s >= 0);
+		st.nclients = k == 0;
+		memcpy(out, &st, SBD_STATUS_V1_SIZE);
+		memcpy(out + SBD_STATUS_V1_SIZE, &ci,
+		       SBD_CLIENT_INFO_V1_SIZE);
+		while ((n = sbd_recv(s, buf, sizeof(buf), &rfd)) > 0) {
+			struct sbd_msg m, r = {.magic = SBD_MAGIC,
+					       .type = SBD_REPLY};
+
+			CHECK_EQ(sbd_msg_check(buf, (size_t)n, 0, false, &m),
+				 0);
+			r.seq = m.seq;
+			if (m.type == SBD_STATUS)
+				r.len = (uint32_t)(SBD_STATUS_V1_SIZE +
+						   st.nclients *
+							   SBD_CLIENT_INFO_V1_SIZE);
+			CHECK_EQ(sbd_send(s, &r, r.len ? out : NULL, -1), 0);
+		}
+		close(s);
 	}
-	close(s);
 	return NULL;
 }
 
@@ -1500,13 +1511,21 @@ static void test_ctl_status(void)
 	n = fread(out, 1, sizeof(out) - 1, f);
 	out[n] = 0;
 	CHECK_EQ(pclose(f), 0);
-	pthread_join(th, NULL);
-	close(ls);
-	unlink(path);
 	CHECK(strstr(out, "\"pid\": 4242,") &&
 	      strstr(out, "\"bytes\": 3145728,") &&
 	      strstr(out, "\"hugetlb\": false}") &&
 	      strstr(out, "\"cache_hugetlb\": false,"));
+	/* The same daemon with no client to list (what a user with no
+	 * process of its own sees). */
+	f = popen(cmd, "r");
+	CHECK(f);
+	n = fread(out, 1, sizeof(out) - 1, f);
+	out[n] = 0;
+	CHECK_EQ(pclose(f), 0);
+	CHECK(strstr(out, "\"clients\": []}"));
+	pthread_join(th, NULL);
+	close(ls);
+	unlink(path);
 	/* This daemon: a shmem client, no flags. */
 	start_daemon("64M");
 	pool = connect_pool(0, &err);

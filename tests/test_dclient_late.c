@@ -7,7 +7,11 @@
  *
  *   lease       a late grant: RETURNed (the bytes granted)
  *   heap        two requests timed out back to back, their replies both
- *               late: both heaps freed (HEAP_FREE with their ids)
+ *               late: both heaps freed (HEAP_FREE with their ids); then
+ *               12 in a row (more than the 8 the first version kept)
+ *   full        a late heap whose HEAP_FREE finds the socket full (the
+ *               daemon not reading): queued and sent once it reads, the
+ *               connection kept (closing it drops every pin)
  *   cache_put   a block granted for filling: abandoned (CACHE_DONE, not
  *               filled) and its pages' pins given back
  *   cache_get   a prompt found: its pages' pins given back
@@ -33,6 +37,8 @@
 
 static char sock_path[100];
 static _Atomic int delay_ms;	/* before each LEASE/HEAP/CACHE reply */
+static _Atomic bool stall_after_heap;	/* then read nothing until clear */
+static _Atomic int heaps_sent;
 static _Atomic uint64_t returned, done_key, done_ok = 99;
 static _Atomic int freed_mask, unpins, dones, cache_pins = 0;
 
@@ -78,7 +84,8 @@ static void *fake_daemon(void *arg)
 			r.a = next_id++;
 			break;
 		case SBD_HEAP_FREE:
-			CHECK(m.a >= 1 && m.a <= 8);
+			CHECK(m.a >= 1 && m.a <= 30);
+			CHECK(!(freed_mask & 1 << m.a));
 			freed_mask |= 1 << m.a;
 			break;
 		case SBD_CACHE_PUT:
@@ -133,6 +140,11 @@ static void *fake_daemon(void *arg)
 			CHECK_EQ(sbd_send(s, &r, len ? out : NULL, fd), 0);
 		if (fd >= 0)
 			close(fd);
+		if (m.type == SBD_HEAP) {
+			heaps_sent++;
+			while (stall_after_heap)
+				usleep(1000);
+		}
 	}
 	close(s);
 	return NULL;
@@ -160,8 +172,43 @@ static void test_heap(void)
 	CHECK_EQ(sbi_dclient_heap(cl, 4 * MiB, 50), -ETIMEDOUT);
 	WAIT_FOR(freed_mask == (1 << 1 | 1 << 2), 5);
 	CHECK_EQ(freed_mask, 1 << 1 | 1 << 2);
+	/* 12 in a row, each answered 30 ms after the client gave up. */
+	delay_ms = 40;
+	for (int i = 0; i < 12; i++)
+		CHECK_EQ(sbi_dclient_heap(cl, 4 * MiB, 10), -ETIMEDOUT);
+	WAIT_FOR(freed_mask == 0x7ffe, 5);
+	CHECK_EQ(freed_mask, 0x7ffe);
 	printf("heap: two heaps made after their requests timed out, both "
-	       "freed\n");
+	       "freed; then 12 in a row, all freed\n");
+}
+
+/* The socket full when a late HEAP reply comes: its HEAP_FREE waits in
+ * the client's queue, and the connection stays. */
+static void test_full(void)
+{
+	int sent;
+
+	delay_ms = 100;
+	stall_after_heap = true;
+	sent = heaps_sent;
+	CHECK_EQ(sbi_dclient_heap(cl, 4 * MiB, 10), -ETIMEDOUT);
+	/* While the daemon sleeps on it, fill the socket (REPORTs that
+	 * find it full are dropped, as they should be). */
+	for (int i = 0; i < 20000; i++)
+		sbi_dclient_tell(cl, SBD_REPORT, 0, 0, 0, 0);
+	WAIT_FOR(heaps_sent > sent, 5);
+	usleep(300000);	/* the reader has the late reply by now */
+	CHECK(sbi_dclient_connected(cl));
+	CHECK(!(freed_mask & 1 << 15));
+	stall_after_heap = false;
+	/* The lease thread flushes so; here, by hand. */
+	for (double t0 = now_s(); !(freed_mask & 1 << 15) && now_s() - t0 < 5;
+	     usleep(1000))
+		sbi_dclient_cache_flush(cl);
+	CHECK(freed_mask & 1 << 15);
+	CHECK(sbi_dclient_connected(cl));
+	printf("full: a give-back that found the socket full sent once it "
+	       "drained, the connection kept\n");
 }
 
 static void test_cache_put(void)
@@ -285,6 +332,7 @@ static int main_test(void)
 	CHECK_EQ(sbi_dclient_start(cl, &cbs), 0);
 	test_lease();
 	test_heap();
+	test_full();
 	test_cache_put();
 	test_cache_get();
 	sbi_dclient_close(cl);

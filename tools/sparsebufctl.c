@@ -178,7 +178,7 @@ static int status(const char *path, bool json)
 	}
 	n = ask(fd, &m, buf, sizeof(buf));
 	close(fd);
-	if (n < 0 || (size_t)n < sizeof(m) + sizeof(*st)) {
+	if (n < 0 || (size_t)n < sizeof(m) + SBD_STATUS_V1_SIZE) {
 		fprintf(stderr, "sparsebufctl: %s: status: %s\n", path,
 			strerror(n < 0 ? (int)-n : EPROTO));
 		return 1;
