@@ -228,3 +228,21 @@ void sbc_out_abort(struct sbc_out *o)
 		close(o->fd);
 	o->fd = -1;
 }
+
+long sbc_meminfo(const char *name)
+{
+	char line[256];
+	size_t len = strlen(name);
+	long v = -1;
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, name, len) && line[len] == ':') {
+			v = strtol(line + len + 1, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}

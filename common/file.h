@@ -25,6 +25,11 @@
  * or fstat(2) error. */
 int sbc_open_regular(const char *path, uint64_t *size);
 
+/* A "Name:   value" line of /proc/meminfo: the value as written (kB for
+ * sizes, a count for HugePages_*), -1 when absent. (lib/config.c keeps
+ * its own: the library does not link this.) */
+long sbc_meminfo(const char *name);
+
 /* A file being written to replace a path (sbc_out_open .. commit). */
 struct sbc_out {
 	int fd;			/* open for reading and writing */

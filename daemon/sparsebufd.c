@@ -18,6 +18,7 @@
 #include "loop.h"
 #include "server.h"
 #include "cli.h"
+#include "file.h"
 #include "sparsebuf.h"
 
 #include <errno.h>
@@ -82,22 +83,6 @@ static uint64_t huge_page_bytes(void)
 	if (!huge)
 		errno = EOPNOTSUPP;
 	return huge;
-}
-
-/* Huge pages of the system not allocated (HugePages_Free), -1 unknown. */
-static long huge_pages_free(void)
-{
-	char line[128];
-	long v = -1;
-	FILE *f = fopen("/proc/meminfo", "re");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "HugePages_Free: %ld", &v) == 1)
-			break;
-	fclose(f);
-	return v;
 }
 
 /* An unlinked file in dir, or -errno: nothing is left behind, whatever
@@ -305,7 +290,7 @@ int main(int argc, char **argv)
 		s.socket_path, (unsigned long long)(s.max_bytes >> 20),
 		(unsigned long long)(s.page_size >> 10),
 		s.hugetlb ? " (the cache's: huge pages)" : "", (int)getpid());
-	if (s.hugetlb && huge_pages_free() == 0)
+	if (s.hugetlb && sbc_meminfo("HugePages_Free") == 0)
 		sbd_log("warning: --hugetlb, and no huge page is free "
 			"(vm.nr_hugepages): the cache refuses every prompt "
 			"until some are");

@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -229,6 +231,21 @@ static inline bool shmem_folios_big(void)
 		while (!(cond) && now_s() - t0_ < (timeout_s))               \
 			usleep(1000);                                        \
 	} while (0)
+
+/* A socket listening at path (SOCK_SEQPACKET, as sparsebufd's): a fake
+ * daemon's. */
+static inline int listen_unix(const char *path, int backlog)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	CHECK(ls >= 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	unlink(path);
+	CHECK_EQ(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	CHECK_EQ(listen(ls, backlog), 0);
+	return ls;
+}
 
 /* A "Name:   value" line of /proc/meminfo: the value as written (kB for
  * sizes, a count for HugePages_*), -1 when absent. */

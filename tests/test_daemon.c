@@ -1489,20 +1489,16 @@ static void *status_v1_daemon(void *arg)
  * this one's, which says which clients and cache are on huge pages. */
 static void test_ctl_status(void)
 {
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	char path[sizeof(dir) + 16], cmd[2 * PATH_MAX], out[4096];
-	int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	struct sb_pool *pool;
+	int ls;
 	pthread_t th;
 	int err = 0;
 	FILE *f;
 	size_t n;
 
 	snprintf(path, sizeof(path), "%s/old", dir);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	CHECK(ls >= 0);
-	CHECK_EQ(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	CHECK_EQ(listen(ls, 1), 0);
+	ls = listen_unix(path, 1);
 	CHECK_EQ(pthread_create(&th, NULL, status_v1_daemon, &ls), 0);
 	snprintf(cmd, sizeof(cmd), "%s/sparsebufctl -s %s status --json",
 		 bin_dir(), path);

@@ -130,20 +130,6 @@ static void place_twelve(struct sb_buf *b)
 	}
 }
 
-/* A socket listening at sock_path, for a fake daemon. */
-static int listen_fake(int backlog)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	CHECK(ls >= 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
-	unlink(sock_path);
-	CHECK_EQ(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	CHECK_EQ(listen(ls, backlog), 0);
-	return ls;
-}
-
 static void test_heaps(void)
 {
 	struct sbd_client_info ci;
@@ -498,7 +484,7 @@ static void *fake_daemon(void *arg)
 static void test_wrong_kind(void)
 {
 	long free0 = meminfo("HugePages_Free");
-	int ls = listen_fake(1);
+	int ls = listen_unix(sock_path, 1);
 	struct sb_pool *p;
 	struct sb_buf *b;
 	pthread_t th;
@@ -550,7 +536,7 @@ static void test_old_daemon(void)
 {
 	char env[sizeof(sock_path) + 32];
 	char *extra[] = {env, (char *)"SPARSEBUF_HUGETLB=1", NULL};
-	int ls = listen_fake(2), err = 0;
+	int ls = listen_unix(sock_path, 2), err = 0;
 	struct sb_pool_opts o;
 	pthread_t th;
 

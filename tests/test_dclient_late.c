@@ -246,20 +246,6 @@ static void test_cache_get(void)
 	       GET_PAGES);
 }
 
-/* listen on path, a fake daemon's socket */
-static int listen_at(const char *path)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	CHECK(ls >= 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	unlink(path);
-	CHECK_EQ(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	CHECK_EQ(listen(ls, 4), 0);
-	return ls;
-}
-
 static _Atomic int hellos_dropped;
 
 /* Answers the first connection's HELLO, then hangs up on it and on every
@@ -303,7 +289,7 @@ static void test_refused(void)
 	int ls, err = 0;
 
 	snprintf(path, sizeof(path), "%s.old", sock_path);
-	ls = listen_at(path);
+	ls = listen_unix(path, 4);
 	CHECK_EQ(pthread_create(&th, NULL, dropping_daemon, &ls), 0);
 	c = sbi_dclient_open(path, 4096, false, 0, &err);
 	CHECK(c != NULL);
@@ -325,7 +311,7 @@ static int main_test(void)
 
 	snprintf(sock_path, sizeof(sock_path), "/tmp/sbd-late-%d.sock",
 		 (int)getpid());
-	ls = listen_at(sock_path);
+	ls = listen_unix(sock_path, 1);
 	CHECK_EQ(pthread_create(&th, NULL, fake_daemon, &ls), 0);
 	cl = sbi_dclient_open(sock_path, 4096, false, 0, &err);
 	CHECK(cl != NULL);

@@ -16,6 +16,7 @@
  * scripts that start one), exit 1 after the timeout.
  */
 #include "cli.h"
+#include "file.h"
 #include "dproto.h"
 
 #include <errno.h>
@@ -106,25 +107,6 @@ static int hello(const char *path, char *buf, size_t cap)
 static double mib(uint64_t b)
 {
 	return (double)b / (1 << 20);
-}
-
-/* A "Name: N" line of /proc/meminfo, -1 when absent. */
-static long meminfo(const char *name)
-{
-	char line[256];
-	size_t len = strlen(name);
-	long v = -1;
-	FILE *f = fopen("/proc/meminfo", "re");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, name, len) && line[len] == ':') {
-			v = strtol(line + len + 1, NULL, 10);
-			break;
-		}
-	fclose(f);
-	return v;
 }
 
 /*
@@ -218,7 +200,8 @@ static int status(const char *path, bool json)
 		       (unsigned long long)st->floors,
 		       (unsigned long long)st->max_floor,
 		       st->flags & SBD_STATUS_HUGETLB ? "true" : "false",
-		       meminfo("HugePages_Total"), meminfo("HugePages_Free"));
+		       sbc_meminfo("HugePages_Total"),
+		       sbc_meminfo("HugePages_Free"));
 		for (uint64_t i = 0; i < st->nclients; i++)
 			printf("%s{\"pid\": %d, \"uid\": %u, \"id\": %u, "
 			       "\"page_size\": %u, \"bytes\": %llu, "
@@ -262,8 +245,8 @@ static int status(const char *path, bool json)
 	if (huge)
 		printf("huge pages: %ld free of %ld (the machine's, %ld kB "
 		       "each: a limit apart from the budget)\n",
-		       meminfo("HugePages_Free"), meminfo("HugePages_Total"),
-		       meminfo("Hugepagesize"));
+		       sbc_meminfo("HugePages_Free"), sbc_meminfo("HugePages_Total"),
+		       sbc_meminfo("Hugepagesize"));
 	if (st->max_floor)
 		printf("floors: %.1f MiB reserved, at most %.1f MiB a "
 		       "client\n",
