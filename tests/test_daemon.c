@@ -177,24 +177,40 @@ static bool kv_rows_ok(struct sb_kv_seq *s, size_t upto)
 	return kv_rows_ok_s(s, 0, upto);
 }
 
+/* The file where churner BASE writes the prompt it is putting. */
+static void churn_path(char *p, size_t n, unsigned base)
+{
+	snprintf(p, n, "%s/churn-%u", dir, base);
+}
+
 /* Puts prompts SBD_CHURN_BASE, +1, ... in a loop until killed, getting
- * the shared prompt between puts (pins taken and dropped). */
+ * the shared prompt between puts (pins taken and dropped). Before each
+ * put, its prompt's number is written to churn_path: the verifier looks
+ * for those only (each miss costs a sequence made and destroyed). */
 static int child_cache_churn(void)
 {
 	unsigned seed = (unsigned)atoi(getenv("SBD_CHURN_BASE"));
 	int32_t toks[KV_TOKENS], base[KV_TOKENS];
+	char path[PATH_MAX + 32];
 	struct sb_kv_cache *c;
 	struct sb_pool *p;
-	int err = 0;
+	int err = 0, fd;
 
+	churn_path(path, sizeof(path), seed);
+	fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	CHECK(fd >= 0);
 	c = cache_client(256 * MiB, 64 * MiB, &p);
 	for (size_t i = 0; i < KV_TOKENS; i++)
 		base[i] = kv_token(i);
 	mark("churning");
 	for (;; seed++) {
 		struct sb_kv_seq *s = kv_compute(p, seed, toks), *g;
+		char num[16];
 		size_t hit = 0;
 
+		/* Fixed width: a number written over a longer one. */
+		snprintf(num, sizeof(num), "%10u\n", seed);
+		CHECK_EQ(pwrite(fd, num, 11, 0), 11);
 		CHECK_EQ(sb_kv_cache_put(c, s, toks, KV_TOKENS), KV_TOKENS);
 		sb_kv_destroy(s);
 		g = sb_kv_cache_get(c, base, KV_TOKENS, &hit, &err);
@@ -219,26 +235,42 @@ static int child_cache_putn(void)
 }
 
 /* Every prompt 0..SBD_CHURN_MAX found in the cache reads as computed;
- * prompt 0 is found whole (SBD_WANT_ALL: every one is). */
+ * prompt 0 is found whole (SBD_WANT_ALL: every one is). SBD_CHURN_RANGES
+ * ("1-7,101-104"): prompt 0 and those only. */
 static int child_cache_verify(void)
 {
 	unsigned max = (unsigned)atoi(getenv("SBD_CHURN_MAX"));
+	const char *ranges = getenv("SBD_CHURN_RANGES");
 	struct sb_kv_cache *c;
 	struct sb_pool *p;
+	unsigned tried = 0;
 	int found = 0;
 
 	/* Small: what it found it lets go of soon (a budget of 32 MiB). */
 	c = cache_client(256 * MiB, 4 * MiB, &p);
 	for (unsigned seed = getenv("SBD_FROM1") ? 1 : 0; seed <= max;
 	     seed++) {
-		size_t hit = kv_get_checked(c, seed);
+		size_t hit;
 
+		if (seed && ranges) {
+			unsigned lo, hi;
+			bool in = false;
+
+			for (const char *r = ranges; r && !in;
+			     r = strchr(r, ','), r = r ? r + 1 : r)
+				in = sscanf(r, "%u-%u", &lo, &hi) == 2 &&
+				     seed >= lo && seed <= hi;
+			if (!in)
+				continue;
+		}
+		hit = kv_get_checked(c, seed);
 		if (!seed || getenv("SBD_WANT_ALL"))
 			CHECK_EQ(hit, KV_TOKENS);
 		found += hit > 0;
+		tried++;
 	}
 	printf("cache: %d of %u prompts found, every one intact\n",
-	       found, getenv("SBD_FROM1") ? max : max + 1);
+	       found, tried);
 	sb_kv_cache_destroy(c);
 	sb_pool_destroy(p);
 	return 0;
@@ -408,8 +440,28 @@ static uint64_t read_pfn(const char *name)
 	return v;
 }
 
+/* Appends "BASE-LAST," to the ranges: the prompts churner BASE began to
+ * put (none if it was killed before its first). */
+static void churned(char *ranges, size_t size, unsigned base)
+{
+	char path[PATH_MAX + 32];
+	unsigned last = 0;
+	size_t n = strlen(ranges);
+	FILE *f;
+
+	churn_path(path, sizeof(path), base);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	if (fscanf(f, "%u", &last) == 1 && last >= base)
+		snprintf(ranges + n, size - n, "%u-%u,", base, last);
+	fclose(f);
+	CHECK(strlen(ranges) < size - 1);
+}
+
 static void test_cache(void)
 {
+	char ranges[1024];
 	char *hold[] = {(char *)"SBD_CACHE_NAME=held",
 			(char *)"SBD_CACHE_HOLD=1", NULL};
 	char *b[] = {(char *)"SBD_CACHE_NAME=b", NULL};
@@ -473,6 +525,7 @@ static void test_cache(void)
 	 * mid-fill, holding pins), two at a time: what is found reads as
 	 * put, the budget counts only the cache, nothing stays pinned. */
 	srand(12345);
+	strcpy(ranges, "SBD_CHURN_RANGES=");
 	for (int round = 0; round < 8; round++) {
 		char base1[40], base2[40];
 		char *e1[] = {base1, NULL}, *e2[] = {base2, NULL};
@@ -490,10 +543,12 @@ static void test_cache(void)
 		kill(k2, SIGKILL);
 		waitpid(k1, NULL, 0);
 		waitpid(k2, NULL, 0);
+		churned(ranges, sizeof(ranges), 1 + (unsigned)round * 200);
+		churned(ranges, sizeof(ranges), 101 + (unsigned)round * 200);
 	}
 	{
 		char max[40];
-		char *e[] = {max, NULL};
+		char *e[] = {max, ranges, NULL};
 		uint64_t t0 = (uint64_t)(now_s() * 1000);
 
 		snprintf(max, sizeof(max), "SBD_CHURN_MAX=%d", 8 * 200);

@@ -199,7 +199,9 @@ static int share(void)
  * MADV_DONTNEED of a huge page's mapping drops nothing). */
 static int share_race(void)
 {
-	enum { N = 4, ROUNDS = 30 };
+	/* TSan: each round's new huge pages fault in 8 MiB of its shadow,
+	 * a 4 KiB entry at a time (40 times slower than the plain build). */
+	enum { N = 4, ROUNDS = UNDER_TSAN ? 8 : 30 };
 	struct sb_pool *p = huge_pool(0, NULL);
 	struct sb_buf *a = make_buf(p, 8 * HUGE, 0);
 	struct sb_buf *b = make_buf(p, 8 * HUGE, 0);
@@ -448,7 +450,8 @@ static void *ra_reader(void *arg)
  * pages) beside a writer of an evictable buffer: read-ahead must not take
  * every page the pool holds. It evicted for its pages, and the writer's
  * fault then found nothing to evict: SIGBUS in 4-6 of 12 runs (helper-53).
- * Two rounds (a run of this test failed 2 times in 2 without the fix).
+ * Two rounds (a run of this test failed 2 times in 2 without the fix),
+ * one under TSan (10 s a round).
  */
 static int short_ra(void)
 {
@@ -459,7 +462,7 @@ static int short_ra(void)
 	require_cow();
 	snprintf(spill, sizeof(spill), "%s/spill", disk_dir());
 	CHECK(mkdir(spill, 0700) == 0 || errno == EEXIST);
-	for (int round = 0; round < 2; round++) {
+	for (int round = 0; round < (UNDER_TSAN ? 1 : 2); round++) {
 		struct sb_pool *p = huge_pool(0, spill);
 		struct sb_buf *e;
 		pthread_t th;
@@ -494,7 +497,8 @@ static int short_ra(void)
 		close(fd);
 	}
 	printf("short_ra: a file streamed beside an evictable buffer's "
-	       "writes, 8 huge pages free, 2 rounds: no SIGBUS\n");
+	       "writes, 8 huge pages free, %d round(s): no SIGBUS\n",
+	       UNDER_TSAN ? 1 : 2);
 	return 0;
 }
 
@@ -556,7 +560,7 @@ static int signals(void)
 	struct sigaction sa;
 	struct itimerval it = {{0, 50}, {0, 50}};
 	char *x = sb_buf_addr(b);
-	int rounds = 300;
+	int rounds = UNDER_TSAN ? 100 : 300;	/* (share_race) */
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_alarm;
