@@ -116,7 +116,8 @@ static int basic(void)
 	struct sb_pool *p = huge_pool(0, NULL);
 	struct sb_buf *b = make_buf(p, 64 * HUGE, 0);
 	char *x = sb_buf_addr(b);
-	long free0 = meminfo("HugePages_Free"), kb0 = hugetlb_kb();
+	long free0 = meminfo("HugePages_Free"), kb0 = hugetlb_kb(), free1;
+	double late = 0;
 
 	CHECK_EQ((uintptr_t)x % HUGE, 0);
 	CHECK_EQ(stats(p).page_size, HUGE);
@@ -147,8 +148,27 @@ static int basic(void)
 	sb_buf_destroy(b);
 	CHECK(sb_pool_trim(p) >= 0);
 	CHECK_EQ(stats(p).bytes_resident, 0);
-	/* Every huge page went back to the system. */
-	CHECK(meminfo("HugePages_Free") >= free0);
+	/* Every huge page went back to the system. Once (a fresh CI
+	 * machine's first run, beside test_stress) the count stood below
+	 * its start here, cause unknown; a second's grace, and what it took
+	 * and where the pages were said, so a next time names it. */
+	for (int ms = 0; (free1 = meminfo("HugePages_Free")) < free0; ms += 10) {
+		if (ms >= 2000) {
+			printf("basic: HugePages_Free %ld, %ld at the start; "
+			       "Rsvd %ld Surp %ld; this process maps %ld kB; "
+			       "pool: %zu bytes resident\n",
+			       free1, free0, meminfo("HugePages_Rsvd"),
+			       meminfo("HugePages_Surp"), hugetlb_kb(),
+			       (size_t)stats(p).bytes_resident);
+			FAIL("huge pages not given back after 2 s");
+		}
+		if (ms == 0)
+			late = now_s();
+		usleep(10000);
+	}
+	if (late > 0)
+		printf("basic: the huge pages came back %.0f ms after the "
+		       "trim\n", (now_s() - late) * 1e3);
 	sb_pool_destroy(p);
 	printf("basic: 8 huge pages placed (4 by touch), 2 MiB each in smaps, "
 	       "released and given back\n");
