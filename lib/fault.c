@@ -27,7 +27,6 @@
 #include "uffd_compat.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,23 +260,23 @@ void *sbi_fault_thread(void *arg)
 {
 	struct sbi_fault_thread *self = arg;
 	struct sb_pool *pool = self->pool;
-	struct pollfd pfd[2] = {
-		{.fd = pool->uffd, .events = POLLIN},
-		{.fd = pool->quit_fd, .events = POLLIN},
-	};
 	struct uffd_msg msgs[32];
 
 	sbi_thread_internal();
 	for (;;) {
+		pid_t tid = 0;
 		ssize_t n;
+		int r = sbi_fault_wait(self);
 
-		if (poll(pfd, 2, -1) < 0) {
-			if (errno != EINTR)
-				backoff("poll");
+		if (r == -ESHUTDOWN)
+			break;
+		if (r <= 0) {
+			if (r < 0) {
+				errno = -r;
+				backoff("waiting for faults");
+			}
 			continue;
 		}
-		if (pfd[1].revents)
-			break;
 		n = read(pool->uffd, msgs, sizeof(msgs));
 		if (n < 0) {
 			if (errno != EAGAIN && errno != EINTR)
@@ -288,6 +287,7 @@ void *sbi_fault_thread(void *arg)
 			switch (msgs[i].event) {
 			case UFFD_EVENT_PAGEFAULT:
 				service(pool, &msgs[i]);
+				tid = (pid_t)msgs[i].arg.pagefault.feat.ptid;
 				break;
 			default:
 				/* No non-cooperative event is enabled. */
@@ -296,6 +296,8 @@ void *sbi_fault_thread(void *arg)
 				break;
 			}
 		}
+		/* After the wake-ups: off the faulting thread's path. */
+		sbi_fault_steer(self, tid);
 	}
 	return NULL;
 }
@@ -328,12 +330,20 @@ int sbi_fault_start(struct sb_pool *pool)
 	pool->faulters = calloc((size_t)n, sizeof(*pool->faulters));
 	if (!pool->faulters)
 		return -ENOMEM;
+	/* All set before any starts (a handler steers them all): registered
+	 * in order, the first CPU's handler is woken first until a fault
+	 * says otherwise. */
+	for (int i = 0; i < n; i++) {
+		pool->faulters[i].pool = pool;
+		pool->faulters[i].cpu = n > 1 ? cpus[i] : -1;
+		sbi_fault_wait_init(pool, &pool->faulters[i]);
+	}
+	pool->nwaiters = n;
+	pool->fault_first_cpu = pool->faulters[0].cpu;
 	for (pool->nfault = 0; pool->nfault < n; pool->nfault++) {
 		struct sbi_fault_thread *t = &pool->faulters[pool->nfault];
 		char name[16];
 
-		t->pool = pool;
-		t->cpu = n > 1 ? cpus[pool->nfault] : -1;
 		snprintf(name, sizeof(name), "sb-fault/%d", t->cpu);
 		r = sbi_thread_start(&t->thread, sbi_fault_thread, t, name,
 				     t->cpu);
@@ -358,7 +368,9 @@ void sbi_fault_stop(struct sb_pool *pool)
 		abort();
 	for (int i = 0; i < pool->nfault; i++)
 		pthread_join(pool->faulters[i].thread, NULL);
+	for (int i = 0; i < pool->nwaiters; i++)
+		sbi_fault_wait_fini(&pool->faulters[i]);
 	free(pool->faulters);
 	pool->faulters = NULL;
-	pool->nfault = 0;
+	pool->nfault = pool->nwaiters = 0;
 }

@@ -536,6 +536,9 @@ struct sb_pool {
 	pthread_t ready_thread;
 	int nfault;		/* fault-handler threads, one per CPU */
 	struct sbi_fault_thread *faulters;
+	int nwaiters;		/* faulters set up, fixed while they run */
+	int fault_first_cpu;	/* whose handler a fault wakes first (atomic) */
+	bool fault_steering;	/* a handler reorders them (atomic) */
 
 	pthread_rwlock_t layout;
 	pthread_rwlock_t reg_lock;
@@ -1387,17 +1390,31 @@ void sbi_vma_wake_range(struct sb_pool *pool, uintptr_t start, size_t len);
 /* ---- fault.c ---------------------------------------------------------------*/
 
 /* One handler per CPU the process may run on (up to SPARSEBUF_FAULT_THREADS,
- * default 4), each pinned: every handler polls the pool's uffd, and the one
- * on the faulting thread's CPU wins the race, so a fault costs two context
- * switches on one CPU instead of two cross-CPU wake-ups (tens of
- * microseconds each in a VM). */
+ * default 4), each pinned: a fault wakes one, steered to the faulting
+ * thread's CPU (fault_wait.c), so a fault costs two context switches on
+ * one CPU instead of cross-CPU wake-ups (tens of microseconds each in a
+ * VM). */
 struct sbi_fault_thread {
 	struct sb_pool *pool;
 	pthread_t thread;
 	int cpu;		/* pinned CPU, -1 = not pinned */
+	/* fault_wait.c: its epoll set (-1: it polls), and the faulting
+	 * thread whose CPU it looked up last. ep_lost: pool->fault_steering */
+	int ep;
+	bool ep_lost;
+	int stat_fd;
+	pid_t stat_tid;
+	unsigned since_steer;
 };
 
 void *sbi_fault_thread(void *arg);
+/* fault_wait.c: the handlers' wait, one woken a fault, steered to the
+ * faulting thread's CPU. wait: 1 the uffd may be read, 0 try again,
+ * -ESHUTDOWN the pool goes, else -errno. */
+void sbi_fault_wait_init(struct sb_pool *pool, struct sbi_fault_thread *t);
+void sbi_fault_wait_fini(struct sbi_fault_thread *t);
+int sbi_fault_wait(struct sbi_fault_thread *t);
+void sbi_fault_steer(struct sbi_fault_thread *t, pid_t tid);
 /* A touch of page idx of buf is answered with SIGBUS because of err: count
  * it, and say why (at warning level, at most once a second per pool, for a
  * budget or memory shortage; I/O errors are logged where they occur). */

@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Where the fault handlers wait, and which of them a fault wakes.
+ *
+ * A handler pinned to each CPU, all waiting on the pool's userfaultfd:
+ * woken together (poll), the one on the faulting thread's CPU wins, but
+ * the faulting thread first pays for waking every other one. On a VM
+ * whose other CPU is idle that is an IPI to a halted vCPU: traced on an
+ * Intel KVM host, 13 us on the faulting thread's path before it switched
+ * to the local handler, and the remote handler sometimes took the message
+ * and served the fault from the other CPU, waking the thread back across
+ * (a fault 36 us without the extra wake-up, 64 us with it).
+ *
+ * So each handler waits in its own epoll set, holding the uffd with
+ * EPOLLEXCLUSIVE: a fault wakes one handler, the first in the uffd's wait
+ * queue that is asleep in epoll_wait (a busy one lets the wake-up pass on,
+ * so concurrent faults still find a handler each). Which is first is the
+ * order of registration, and that is steered: after its faults, a handler
+ * looks up now and then on which CPU the faulting thread runs
+ * (/proc/self/task/TID/stat, 1.5-3.5 us, off the fault's path: after the
+ * wake-up) and, when that CPU's handler is not first, moves every other
+ * handler's registration to the queue's tail. A thread that stays on one
+ * CPU then has its faults served there, without a cross-CPU wake-up
+ * either way.
+ *
+ * Moving a registration (EPOLL_CTL_DEL then ADD) loses no fault: the
+ * others stay registered meanwhile, and ADD reports a uffd that is
+ * readable already. Without epoll (EMFILE at start), handlers poll as
+ * before.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+/* Look up the faulting thread's CPU after this many faults of one thread
+ * (and at once for a thread not seen last). */
+#define STEER_EVERY 8
+
+enum { EV_UFFD, EV_QUIT };
+
+static int add_uffd(struct sb_pool *pool, int ep)
+{
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLEXCLUSIVE,
+				 .data.u32 = EV_UFFD};
+
+	return epoll_ctl(ep, EPOLL_CTL_ADD, pool->uffd, &ev);
+}
+
+void sbi_fault_wait_init(struct sb_pool *pool, struct sbi_fault_thread *t)
+{
+	struct epoll_event quit = {.events = EPOLLIN, .data.u32 = EV_QUIT};
+
+	t->ep = -1;
+	t->stat_fd = -1;
+	t->stat_tid = 0;
+	t->since_steer = 0;
+	t->ep_lost = false;
+	/* One handler: nothing to choose between. */
+	if (t->cpu < 0)
+		return;
+	t->ep = epoll_create1(EPOLL_CLOEXEC);
+	if (t->ep < 0)
+		return;
+	if (epoll_ctl(t->ep, EPOLL_CTL_ADD, pool->quit_fd, &quit) < 0 ||
+	    add_uffd(pool, t->ep) < 0) {
+		close(t->ep);
+		t->ep = -1;
+	}
+}
+
+void sbi_fault_wait_fini(struct sbi_fault_thread *t)
+{
+	if (t->ep >= 0)
+		close(t->ep);
+	if (t->stat_fd >= 0)
+		close(t->stat_fd);
+	t->ep = t->stat_fd = -1;
+}
+
+int sbi_fault_wait(struct sbi_fault_thread *t)
+{
+	struct sb_pool *pool = t->pool;
+
+	if (t->ep >= 0) {
+		struct epoll_event ev[2];
+		int n = epoll_wait(t->ep, ev, 2, -1);
+
+		if (n < 0)
+			return errno == EINTR ? 0 : -errno;
+		for (int i = 0; i < n; i++)
+			if (ev[i].data.u32 == EV_QUIT)
+				return -ESHUTDOWN;
+		return n > 0;
+	} else {
+		struct pollfd pfd[2] = {
+			{.fd = pool->uffd, .events = POLLIN},
+			{.fd = pool->quit_fd, .events = POLLIN},
+		};
+
+		if (poll(pfd, 2, -1) < 0)
+			return errno == EINTR ? 0 : -errno;
+		if (pfd[1].revents)
+			return -ESHUTDOWN;
+		return 1;
+	}
+}
+
+/* The CPU thread tid last ran on, or -1. Field 39 of its stat, counted
+ * after the ')' that ends the name (which may hold spaces and parens). */
+static int thread_cpu(struct sbi_fault_thread *t, pid_t tid)
+{
+	char buf[1024], *p;
+	ssize_t n;
+	int field = 2, cpu = -1;
+
+	if (t->stat_tid != tid) {
+		char path[64];
+
+		if (t->stat_fd >= 0)
+			close(t->stat_fd);
+		snprintf(path, sizeof(path), "/proc/self/task/%d/stat",
+			 (int)tid);
+		t->stat_fd = open(path, O_RDONLY | O_CLOEXEC);
+		t->stat_tid = tid;
+	}
+	if (t->stat_fd < 0)
+		return -1;
+	n = pread(t->stat_fd, buf, sizeof(buf) - 1, 0);
+	if (n <= 0) {	/* the thread is gone */
+		close(t->stat_fd);
+		t->stat_fd = -1;
+		return -1;
+	}
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	if (!p)
+		return -1;
+	for (p++; *p && field < 39; p++)
+		if (*p == ' ')
+			field++;
+	if (field == 39 && sscanf(p, "%d", &cpu) != 1)
+		cpu = -1;
+	return cpu;
+}
+
+/* Make the handler on cpu the first its faults wake: every other
+ * handler's registration moves to the tail, in order. */
+static void steer_to(struct sb_pool *pool, int cpu)
+{
+	struct sbi_fault_thread *target = NULL;
+
+	for (int i = 0; i < pool->nwaiters; i++)
+		if (pool->faulters[i].cpu == cpu &&
+		    pool->faulters[i].ep >= 0 && !pool->faulters[i].ep_lost)
+			target = &pool->faulters[i];
+	if (!target)
+		return;
+	for (int i = 0; i < pool->nwaiters; i++) {
+		struct sbi_fault_thread *o = &pool->faulters[i];
+
+		if (o == target || o->ep < 0 || o->ep_lost)
+			continue;
+		epoll_ctl(o->ep, EPOLL_CTL_DEL, pool->uffd, NULL);
+		if (add_uffd(pool, o->ep) < 0 && add_uffd(pool, o->ep) < 0) {
+			/* ENOMEM or max_user_watches: this handler sleeps
+			 * until the pool goes; the target, never moved,
+			 * and the others still serve every fault. */
+			sbi_warn("fault handler on CPU %d: epoll: %s; it "
+				 "serves no more faults", o->cpu,
+				 strerror(errno));
+			o->ep_lost = true;
+		}
+	}
+	__atomic_store_n(&pool->fault_first_cpu, cpu, __ATOMIC_RELAXED);
+}
+
+void sbi_fault_steer(struct sbi_fault_thread *t, pid_t tid)
+{
+	struct sb_pool *pool = t->pool;
+	int cpu;
+
+	if (t->ep < 0 || tid <= 0)
+		return;
+	if (tid == t->stat_tid && ++t->since_steer < STEER_EVERY)
+		return;
+	t->since_steer = 0;
+	cpu = thread_cpu(t, tid);
+	if (cpu < 0 ||
+	    cpu == __atomic_load_n(&pool->fault_first_cpu, __ATOMIC_RELAXED))
+		return;
+	/* One handler steers at a time; another busy at it does the same. */
+	if (__atomic_exchange_n(&pool->fault_steering, true, __ATOMIC_ACQUIRE))
+		return;
+	steer_to(pool, cpu);
+	__atomic_store_n(&pool->fault_steering, false, __ATOMIC_RELEASE);
+}
+
+/* Test hook (tests/test_fault.c): the CPU whose handler a fault wakes
+ * first. */
+int sbi_test_fault_first_cpu(struct sb_pool *pool);
+int sbi_test_fault_first_cpu(struct sb_pool *pool)
+{
+	return __atomic_load_n(&pool->fault_first_cpu, __ATOMIC_RELAXED);
+}
