@@ -23,6 +23,12 @@
  * CPU then has its faults served there, without a cross-CPU wake-up
  * either way.
  *
+ * Left: a handler preempted by the thread it has just woken is not in
+ * epoll_wait at that thread's next fault, and the wake-up goes to another
+ * CPU's handler (a quarter of bench/place's faults, traced). A short CPU
+ * slice for the handlers (sched_setattr's sched_runtime, 0.1 ms) did not
+ * keep them from being preempted there: tried and left out.
+ *
  * Moving a registration (EPOLL_CTL_DEL then ADD) loses no fault: the
  * others stay registered meanwhile, and ADD reports a uffd that is
  * readable already. Without epoll (EMFILE at start), handlers poll as
