@@ -16,7 +16,7 @@
  * queue that is asleep in epoll_wait (a busy one lets the wake-up pass on,
  * so concurrent faults still find a handler each). Which is first is the
  * order of registration, and that is steered: after its faults, a handler
- * looks up now and then on which CPU the faulting thread runs
+ * looks up every 8th time on which CPU the faulting thread runs
  * (/proc/self/task/TID/stat, 1.5-3.5 us, off the fault's path: after the
  * wake-up) and, when that CPU's handler is not first, moves every other
  * handler's registration to the queue's tail. A thread that stays on one
@@ -44,8 +44,8 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-/* Look up the faulting thread's CPU after this many faults of one thread
- * (and at once for a thread not seen last). */
+/* Look up the faulting thread's CPU at a handler's first fault and then
+ * every this many. */
 #define STEER_EVERY 8
 
 enum { EV_UFFD, EV_QUIT };
@@ -193,7 +193,10 @@ void sbi_fault_steer(struct sbi_fault_thread *t, pid_t tid)
 
 	if (t->ep < 0 || tid <= 0)
 		return;
-	if (tid == t->stat_tid && ++t->since_steer < STEER_EVERY)
+	/* Counted over every thread's faults: threads that take turns (a
+	 * prefill on several) would otherwise cost a lookup each, and turn
+	 * the order over at every fault. */
+	if (t->stat_tid && ++t->since_steer < STEER_EVERY)
 		return;
 	t->since_steer = 0;
 	cpu = thread_cpu(t, tid);
