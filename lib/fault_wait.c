@@ -31,8 +31,10 @@
  *
  * Moving a registration (EPOLL_CTL_DEL then ADD) loses no fault: the
  * others stay registered meanwhile, and ADD reports a uffd that is
- * readable already. Without epoll (EMFILE at start), handlers poll as
- * before.
+ * readable already. A registration that cannot be made again (ENOMEM,
+ * fs.epoll.max_user_watches) has its handler kicked (an eventfd in its
+ * set) into polling the uffd, as all did before; so does a handler
+ * whose set cannot be made at start (EMFILE).
  */
 #include "internal.h"
 
@@ -41,14 +43,16 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 /* Look up the faulting thread's CPU at a handler's first fault and then
  * every this many. */
 #define STEER_EVERY 8
 
-enum { EV_UFFD, EV_QUIT };
+enum { EV_UFFD, EV_QUIT, EV_KICK };
 
 static int add_uffd(struct sb_pool *pool, int ep)
 {
@@ -58,11 +62,33 @@ static int add_uffd(struct sb_pool *pool, int ep)
 	return epoll_ctl(ep, EPOLL_CTL_ADD, pool->uffd, &ev);
 }
 
+/* Test hook (tests/test_fault.c): the next `count` moves of a
+ * registration fail with -err. */
+static struct sbi_test_fault test_readd;
+
+void sbi_test_fault_readd_fail(int err, unsigned count);
+void sbi_test_fault_readd_fail(int err, unsigned count)
+{
+	sbi_test_arm(&test_readd, err, count);
+}
+
+static int readd_uffd(struct sb_pool *pool, int ep)
+{
+	int err = sbi_test_failure(&test_readd);
+
+	if (err) {
+		errno = -err;
+		return -1;
+	}
+	return add_uffd(pool, ep);
+}
+
 void sbi_fault_wait_init(struct sb_pool *pool, struct sbi_fault_thread *t)
 {
 	struct epoll_event quit = {.events = EPOLLIN, .data.u32 = EV_QUIT};
+	struct epoll_event kick = {.events = EPOLLIN, .data.u32 = EV_KICK};
 
-	t->ep = -1;
+	t->ep = t->kick = -1;
 	t->stat_fd = -1;
 	t->stat_tid = 0;
 	t->since_steer = 0;
@@ -71,38 +97,42 @@ void sbi_fault_wait_init(struct sb_pool *pool, struct sbi_fault_thread *t)
 	if (t->cpu < 0)
 		return;
 	t->ep = epoll_create1(EPOLL_CLOEXEC);
-	if (t->ep < 0)
-		return;
-	if (epoll_ctl(t->ep, EPOLL_CTL_ADD, pool->quit_fd, &quit) < 0 ||
-	    add_uffd(pool, t->ep) < 0) {
-		close(t->ep);
-		t->ep = -1;
-	}
+	t->kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (t->ep < 0 || t->kick < 0 ||
+	    epoll_ctl(t->ep, EPOLL_CTL_ADD, pool->quit_fd, &quit) < 0 ||
+	    epoll_ctl(t->ep, EPOLL_CTL_ADD, t->kick, &kick) < 0 ||
+	    add_uffd(pool, t->ep) < 0)
+		sbi_fault_wait_fini(t);	/* it polls */
 }
 
 void sbi_fault_wait_fini(struct sbi_fault_thread *t)
 {
 	if (t->ep >= 0)
 		close(t->ep);
+	if (t->kick >= 0)
+		close(t->kick);
 	if (t->stat_fd >= 0)
 		close(t->stat_fd);
-	t->ep = t->stat_fd = -1;
+	t->ep = t->kick = t->stat_fd = -1;
 }
 
 int sbi_fault_wait(struct sbi_fault_thread *t)
 {
 	struct sb_pool *pool = t->pool;
 
-	if (t->ep >= 0) {
-		struct epoll_event ev[2];
-		int n = epoll_wait(t->ep, ev, 2, -1);
+	if (t->ep >= 0 && !__atomic_load_n(&t->ep_lost, __ATOMIC_ACQUIRE)) {
+		struct epoll_event ev[3];
+		int n = epoll_wait(t->ep, ev, 3, -1), r = 0;
 
 		if (n < 0)
 			return errno == EINTR ? 0 : -errno;
 		for (int i = 0; i < n; i++)
 			if (ev[i].data.u32 == EV_QUIT)
 				return -ESHUTDOWN;
-		return n > 0;
+			else if (ev[i].data.u32 == EV_UFFD)
+				r = 1;
+		/* EV_KICK: its uffd is lost, it polls from now on. */
+		return r;
 	} else {
 		struct pollfd pfd[2] = {
 			{.fd = pool->uffd, .events = POLLIN},
@@ -163,24 +193,32 @@ static void steer_to(struct sb_pool *pool, int cpu)
 
 	for (int i = 0; i < pool->nwaiters; i++)
 		if (pool->faulters[i].cpu == cpu &&
-		    pool->faulters[i].ep >= 0 && !pool->faulters[i].ep_lost)
+		    pool->faulters[i].ep >= 0 &&
+		    !__atomic_load_n(&pool->faulters[i].ep_lost,
+				     __ATOMIC_RELAXED))
 			target = &pool->faulters[i];
 	if (!target)
 		return;
 	for (int i = 0; i < pool->nwaiters; i++) {
 		struct sbi_fault_thread *o = &pool->faulters[i];
 
-		if (o == target || o->ep < 0 || o->ep_lost)
+		if (o == target || o->ep < 0 ||
+		    __atomic_load_n(&o->ep_lost, __ATOMIC_RELAXED))
 			continue;
 		epoll_ctl(o->ep, EPOLL_CTL_DEL, pool->uffd, NULL);
-		if (add_uffd(pool, o->ep) < 0 && add_uffd(pool, o->ep) < 0) {
-			/* ENOMEM or max_user_watches: this handler sleeps
-			 * until the pool goes; the target, never moved,
-			 * and the others still serve every fault. */
+		if (readd_uffd(pool, o->ep) < 0 && readd_uffd(pool, o->ep) < 0) {
+			uint64_t one = 1;
+
+			/* ENOMEM or max_user_watches. A fault whose wake-up
+			 * it had taken would wait for the next fault: kicked,
+			 * it polls the uffd from now on, woken with every
+			 * fault as before this file, and is never moved or
+			 * chosen again. */
 			sbi_warn("fault handler on CPU %d: epoll: %s; it "
-				 "serves no more faults", o->cpu,
-				 strerror(errno));
-			o->ep_lost = true;
+				 "polls instead", o->cpu, strerror(errno));
+			__atomic_store_n(&o->ep_lost, true, __ATOMIC_RELEASE);
+			if (write(o->kick, &one, sizeof(one)) < 0)
+				abort();	/* 2^64 - 1 kicks */
 		}
 	}
 	__atomic_store_n(&pool->fault_first_cpu, cpu, __ATOMIC_RELAXED);
@@ -191,7 +229,8 @@ void sbi_fault_steer(struct sbi_fault_thread *t, pid_t tid)
 	struct sb_pool *pool = t->pool;
 	int cpu;
 
-	if (t->ep < 0 || tid <= 0)
+	if (t->ep < 0 || tid <= 0 ||
+	    __atomic_load_n(&t->ep_lost, __ATOMIC_RELAXED))
 		return;
 	/* Counted over every thread's faults: threads that take turns (a
 	 * prefill on several) would otherwise cost a lookup each, and turn
@@ -210,10 +249,22 @@ void sbi_fault_steer(struct sbi_fault_thread *t, pid_t tid)
 	__atomic_store_n(&pool->fault_steering, false, __ATOMIC_RELEASE);
 }
 
-/* Test hook (tests/test_fault.c): the CPU whose handler a fault wakes
- * first. */
+/* Test hooks (tests/test_fault.c): the CPU whose handler a fault wakes
+ * first; how many handlers lost their registration and poll. */
 int sbi_test_fault_first_cpu(struct sb_pool *pool);
 int sbi_test_fault_first_cpu(struct sb_pool *pool)
 {
 	return __atomic_load_n(&pool->fault_first_cpu, __ATOMIC_RELAXED);
+}
+
+int sbi_test_fault_polling(struct sb_pool *pool);
+int sbi_test_fault_polling(struct sb_pool *pool)
+{
+	int n = 0;
+
+	for (int i = 0; i < pool->nwaiters; i++)
+		n += pool->faulters[i].ep < 0 ||
+		     __atomic_load_n(&pool->faulters[i].ep_lost,
+				     __ATOMIC_RELAXED);
+	return n;
 }

@@ -1398,9 +1398,10 @@ struct sbi_fault_thread {
 	struct sb_pool *pool;
 	pthread_t thread;
 	int cpu;		/* pinned CPU, -1 = not pinned */
-	/* fault_wait.c: its epoll set (-1: it polls), and the faulting
-	 * thread whose CPU it looked up last. ep_lost: pool->fault_steering */
-	int ep;
+	/* fault_wait.c: its epoll set (-1: it polls) and the eventfd in it
+	 * that tells it to poll (ep_lost, atomic, set by a steering handler),
+	 * and the faulting thread whose CPU it looked up last. */
+	int ep, kick;
 	bool ep_lost;
 	int stat_fd;
 	pid_t stat_tid;

@@ -136,6 +136,8 @@ static void same_pages(void)
 /* ---- faults served on the faulting thread's CPU ------------------------------ */
 
 int sbi_test_fault_first_cpu(struct sb_pool *pool);
+int sbi_test_fault_polling(struct sb_pool *pool);
+void sbi_test_fault_readd_fail(int err, unsigned count);
 
 static void pin(int cpu)
 {
@@ -221,9 +223,33 @@ static void steered(void)
 			CHECK_EQ(*(int *)(t[i].base + (size_t)k * PAGE),
 				 cpus[i] + 1000 * k);
 	CHECK_EQ(stats(p).fault_places, (uint64_t)(used + 2 * N));
+	used += 2 * N;
+	CHECK_EQ(sbi_test_fault_polling(p), 0);
+	/* A registration that cannot be made again (ENOMEM, the watch
+	 * limit): its handler polls, and faults on both CPUs are served
+	 * (a hang here is the test's timeout). */
+	sbi_test_fault_readd_fail(ENOMEM, 2);
+	for (int round = 0; round < 4; round++) {
+		pin(cpus[(sbi_test_fault_first_cpu(p) == cpus[0]) ? 1 : 0]);
+		for (int i = 0; i < 9; i++, used++) {
+			volatile int *w = (int *)(x + (size_t)used * PAGE);
+
+			CHECK_EQ(*w, 0);
+			*w = used;
+		}
+	}
+	CHECK_EQ(sbi_test_fault_polling(p), 1);
+	for (int i = 0; i < 2; i++) {
+		pin(cpus[i]);
+		for (int k = 0; k < 16; k++, used++)
+			((volatile char *)x)[(size_t)used * PAGE] = 1;
+	}
+	CHECK(sched_setaffinity(0, sizeof(all), &all) == 0);
+	CHECK_EQ(stats(p).fault_places, (uint64_t)used);
 	VERIFY(p);
 	printf("steered: faults served first on CPU %d and %d as their "
-	       "thread moved; 2 x %d concurrent faults placed once each\n",
+	       "thread moved; 2 x %d concurrent faults placed once each; a "
+	       "handler whose registration was lost polls\n",
 	       cpus[0], cpus[1], N);
 	sb_buf_destroy(b);
 	sb_pool_destroy(p);
