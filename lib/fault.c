@@ -267,6 +267,7 @@ void *sbi_fault_thread(void *arg)
 		pid_t tid = 0;
 		ssize_t n;
 		int r = sbi_fault_wait(self);
+		bool served = false;
 
 		if (r == -ESHUTDOWN)
 			break;
@@ -288,6 +289,7 @@ void *sbi_fault_thread(void *arg)
 			case UFFD_EVENT_PAGEFAULT:
 				service(pool, &msgs[i]);
 				tid = (pid_t)msgs[i].arg.pagefault.feat.ptid;
+				served = true;
 				break;
 			default:
 				/* No non-cooperative event is enabled. */
@@ -297,7 +299,8 @@ void *sbi_fault_thread(void *arg)
 			}
 		}
 		/* After the wake-ups: off the faulting thread's path. */
-		sbi_fault_steer(self, tid);
+		if (served)
+			sbi_fault_served(self, tid, r == 2);
 	}
 	return NULL;
 }
@@ -330,16 +333,14 @@ int sbi_fault_start(struct sb_pool *pool)
 	pool->faulters = calloc((size_t)n, sizeof(*pool->faulters));
 	if (!pool->faulters)
 		return -ENOMEM;
-	/* All set before any starts (a handler steers them all): registered
-	 * in order, the first CPU's handler is woken first until a fault
-	 * says otherwise. */
+	/* All set before any starts: a handler steers them all. */
 	for (int i = 0; i < n; i++) {
 		pool->faulters[i].pool = pool;
 		pool->faulters[i].cpu = n > 1 ? cpus[i] : -1;
-		sbi_fault_wait_init(pool, &pool->faulters[i]);
 	}
 	pool->nwaiters = n;
-	pool->fault_first_cpu = pool->faulters[0].cpu;
+	pool->fault_kick = -1;
+	sbi_fault_wait_init(pool);
 	for (pool->nfault = 0; pool->nfault < n; pool->nfault++) {
 		struct sbi_fault_thread *t = &pool->faulters[pool->nfault];
 		char name[16];
@@ -368,8 +369,7 @@ void sbi_fault_stop(struct sb_pool *pool)
 		abort();
 	for (int i = 0; i < pool->nfault; i++)
 		pthread_join(pool->faulters[i].thread, NULL);
-	for (int i = 0; i < pool->nwaiters; i++)
-		sbi_fault_wait_fini(&pool->faulters[i]);
+	sbi_fault_wait_fini(pool);
 	free(pool->faulters);
 	pool->faulters = NULL;
 	pool->nfault = pool->nwaiters = 0;

@@ -32,18 +32,30 @@
  * Moving a registration (EPOLL_CTL_DEL then ADD) loses no fault: the
  * others stay registered meanwhile, and ADD reports a uffd that is
  * readable already. A registration that cannot be made again (ENOMEM,
- * fs.epoll.max_user_watches) has its handler kicked (an eventfd in its
- * set) into polling the uffd, as all did before; so does a handler
- * whose set cannot be made at start (EMFILE).
+ * fs.epoll.max_user_watches) has its handler kicked (the pool's kick
+ * eventfd, edge-triggered in every set) into polling the uffd, as all
+ * did before; so does a handler whose set cannot be made at start
+ * (EMFILE).
+ *
+ * The one woken may not get its CPU: a real-time thread spinning there,
+ * or many runnable ones. Woken together, another handler served such a
+ * fault at once; woken alone, it waited for that CPU (up to 0.93 s behind
+ * a SCHED_FIFO spinner, the RT throttle's bound, in a review's test). So
+ * the handlers that are not first wait with a timeout and then read the
+ * uffd whatever woke them: 2 ms while faults come (one served in the last
+ * 100 ms), 100 ms otherwise (as the ready thread's idle tick). A message
+ * found so is a rescue; its handler looks up the faulting thread's CPU at
+ * once and steers.
  */
 #include "internal.h"
+#include "dproto.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
-#include <string.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -51,8 +63,15 @@
 /* Look up the faulting thread's CPU at a handler's first fault and then
  * every this many. */
 #define STEER_EVERY 8
+/* The safety net's timeouts (ms), and how recent a fault makes it hot. */
+#define NET_HOT_MS 2
+#define NET_IDLE_MS 100
+#define HOT_WINDOW_MS 100
 
 enum { EV_UFFD, EV_QUIT, EV_KICK };
+
+static struct sbi_test_fault test_readd;
+static _Atomic unsigned test_stall_ms, test_stall_count, test_rescues;
 
 static int add_uffd(struct sb_pool *pool, int ep)
 {
@@ -62,16 +81,7 @@ static int add_uffd(struct sb_pool *pool, int ep)
 	return epoll_ctl(ep, EPOLL_CTL_ADD, pool->uffd, &ev);
 }
 
-/* Test hook (tests/test_fault.c): the next `count` moves of a
- * registration fail with -err. */
-static struct sbi_test_fault test_readd;
-
-void sbi_test_fault_readd_fail(int err, unsigned count);
-void sbi_test_fault_readd_fail(int err, unsigned count)
-{
-	sbi_test_arm(&test_readd, err, count);
-}
-
+/* A registration made again after EPOLL_CTL_DEL (test hook: failed). */
 static int readd_uffd(struct sb_pool *pool, int ep)
 {
 	int err = sbi_test_failure(&test_readd);
@@ -83,37 +93,68 @@ static int readd_uffd(struct sb_pool *pool, int ep)
 	return add_uffd(pool, ep);
 }
 
-void sbi_fault_wait_init(struct sb_pool *pool, struct sbi_fault_thread *t)
+static int make_set(struct sb_pool *pool)
 {
 	struct epoll_event quit = {.events = EPOLLIN, .data.u32 = EV_QUIT};
-	struct epoll_event kick = {.events = EPOLLIN, .data.u32 = EV_KICK};
+	struct epoll_event kick = {.events = EPOLLIN | EPOLLET,
+				   .data.u32 = EV_KICK};
+	int ep = sbd_fd_above_std(epoll_create1(EPOLL_CLOEXEC), false);
 
-	t->ep = t->kick = -1;
-	t->stat_fd = -1;
-	t->stat_tid = 0;
-	t->since_steer = 0;
-	t->ep_lost = false;
-	/* One handler: nothing to choose between. */
-	if (t->cpu < 0)
-		return;
-	t->ep = epoll_create1(EPOLL_CLOEXEC);
-	t->kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (t->ep < 0 || t->kick < 0 ||
-	    epoll_ctl(t->ep, EPOLL_CTL_ADD, pool->quit_fd, &quit) < 0 ||
-	    epoll_ctl(t->ep, EPOLL_CTL_ADD, t->kick, &kick) < 0 ||
-	    add_uffd(pool, t->ep) < 0)
-		sbi_fault_wait_fini(t);	/* it polls */
+	if (ep < 0)
+		return -1;
+	if (epoll_ctl(ep, EPOLL_CTL_ADD, pool->quit_fd, &quit) < 0 ||
+	    epoll_ctl(ep, EPOLL_CTL_ADD, pool->fault_kick, &kick) < 0 ||
+	    add_uffd(pool, ep) < 0) {
+		close(ep);
+		return -1;
+	}
+	return ep;
 }
 
-void sbi_fault_wait_fini(struct sbi_fault_thread *t)
+void sbi_fault_wait_init(struct sb_pool *pool)
 {
-	if (t->ep >= 0)
-		close(t->ep);
-	if (t->kick >= 0)
-		close(t->kick);
-	if (t->stat_fd >= 0)
-		close(t->stat_fd);
-	t->ep = t->kick = t->stat_fd = -1;
+	pool->fault_first_cpu = pool->faulters[0].cpu;
+	for (int i = 0; i < pool->nwaiters; i++) {
+		pool->faulters[i].ep = -1;
+		pool->faulters[i].ep_lost = false;
+		pool->faulters[i].since_steer = STEER_EVERY;
+	}
+	/* One handler: nothing to choose between. Else each in its own set,
+	 * registered in order: the first CPU's handler is woken first until
+	 * a fault says otherwise. A handler without a set polls. */
+	if (pool->nwaiters < 2)
+		return;
+	pool->fault_kick = sbd_fd_above_std(
+		eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), false);
+	if (pool->fault_kick < 0)
+		return;
+	for (int i = 0; i < pool->nwaiters; i++)
+		pool->faulters[i].ep = make_set(pool);
+}
+
+void sbi_fault_wait_fini(struct sb_pool *pool)
+{
+	for (int i = 0; i < pool->nwaiters; i++) {
+		if (pool->faulters[i].ep >= 0)
+			close(pool->faulters[i].ep);
+		pool->faulters[i].ep = -1;
+	}
+	if (pool->fault_kick >= 0)
+		close(pool->fault_kick);
+	pool->fault_kick = -1;
+}
+
+/* How long this handler may sleep: for ever if a fault wakes it (the
+ * first, or one that polls), else the safety net's timeout. */
+static int wait_ms(struct sbi_fault_thread *t)
+{
+	struct sb_pool *pool = t->pool;
+	uint64_t last;
+
+	if (t->cpu == __atomic_load_n(&pool->fault_first_cpu, __ATOMIC_RELAXED))
+		return -1;
+	last = __atomic_load_n(&pool->fault_last_ms, __ATOMIC_RELAXED);
+	return sbi_mono_ms() - last < HOT_WINDOW_MS ? NET_HOT_MS : NET_IDLE_MS;
 }
 
 int sbi_fault_wait(struct sbi_fault_thread *t)
@@ -122,16 +163,21 @@ int sbi_fault_wait(struct sbi_fault_thread *t)
 
 	if (t->ep >= 0 && !__atomic_load_n(&t->ep_lost, __ATOMIC_ACQUIRE)) {
 		struct epoll_event ev[3];
-		int n = epoll_wait(t->ep, ev, 3, -1), r = 0;
+		int n = epoll_wait(t->ep, ev, 3, wait_ms(t)), r = 0;
 
 		if (n < 0)
 			return errno == EINTR ? 0 : -errno;
+		if (n == 0)
+			return 2;	/* the safety net: read anyway */
 		for (int i = 0; i < n; i++)
 			if (ev[i].data.u32 == EV_QUIT)
 				return -ESHUTDOWN;
 			else if (ev[i].data.u32 == EV_UFFD)
 				r = 1;
-		/* EV_KICK: its uffd is lost, it polls from now on. */
+		/* EV_KICK: wait again, with the timeout that is now right,
+		 * or by polling if its uffd is lost. */
+		if (r && sbi_test_take(&test_stall_count))
+			usleep(atomic_load(&test_stall_ms) * 1000);
 		return r;
 	} else {
 		struct pollfd pfd[2] = {
@@ -148,31 +194,24 @@ int sbi_fault_wait(struct sbi_fault_thread *t)
 }
 
 /* The CPU thread tid last ran on, or -1. Field 39 of its stat, counted
- * after the ')' that ends the name (which may hold spaces and parens). */
-static int thread_cpu(struct sbi_fault_thread *t, pid_t tid)
+ * after the ')' that ends the name (which may hold spaces and parens).
+ * Opened each time (every 8th fault): a descriptor kept would count
+ * against the program's limit, could take a slot 0-2 it had closed, and
+ * would stay with a fork()ed child. */
+static int thread_cpu(pid_t tid)
 {
-	char buf[1024], *p;
+	char path[64], buf[1024], *p;
 	ssize_t n;
-	int field = 2, cpu = -1;
+	int fd, field = 2, cpu = -1;
 
-	if (t->stat_tid != tid) {
-		char path[64];
-
-		if (t->stat_fd >= 0)
-			close(t->stat_fd);
-		snprintf(path, sizeof(path), "/proc/self/task/%d/stat",
-			 (int)tid);
-		t->stat_fd = open(path, O_RDONLY | O_CLOEXEC);
-		t->stat_tid = tid;
-	}
-	if (t->stat_fd < 0)
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
 		return -1;
-	n = pread(t->stat_fd, buf, sizeof(buf) - 1, 0);
-	if (n <= 0) {	/* the thread is gone */
-		close(t->stat_fd);
-		t->stat_fd = -1;
+	n = pread(fd, buf, sizeof(buf) - 1, 0);
+	close(fd);
+	if (n <= 0)
 		return -1;
-	}
 	buf[n] = '\0';
 	p = strrchr(buf, ')');
 	if (!p)
@@ -183,6 +222,20 @@ static int thread_cpu(struct sbi_fault_thread *t, pid_t tid)
 	if (field == 39 && sscanf(p, "%d", &cpu) != 1)
 		cpu = -1;
 	return cpu;
+}
+
+/* Every handler in a set wakes once (edge-triggered) and waits again as
+ * it now should: the one that was first had chosen to sleep without a
+ * timeout, and first no more, it would leave a fault whose handler
+ * cannot run to wait (test_fault's stalled handler under TSan, 2 in 8
+ * runs); one whose registration is lost goes to polling. The counter is
+ * never read: 2^64 - 2 steerings. */
+static void kick(struct sb_pool *pool)
+{
+	uint64_t one = 1;
+
+	if (write(pool->fault_kick, &one, sizeof(one)) < 0)
+		abort();
 }
 
 /* Make the handler on cpu the first its faults wake: every other
@@ -207,38 +260,40 @@ static void steer_to(struct sb_pool *pool, int cpu)
 			continue;
 		epoll_ctl(o->ep, EPOLL_CTL_DEL, pool->uffd, NULL);
 		if (readd_uffd(pool, o->ep) < 0 && readd_uffd(pool, o->ep) < 0) {
-			uint64_t one = 1;
-
 			/* ENOMEM or max_user_watches. A fault whose wake-up
-			 * it had taken would wait for the next fault: kicked,
-			 * it polls the uffd from now on, woken with every
-			 * fault as before this file, and is never moved or
-			 * chosen again. */
+			 * it had taken would wait for the net: kicked, it
+			 * polls the uffd from now on, woken with every fault
+			 * as before this file, and is never moved or chosen
+			 * again. */
 			sbi_warn("fault handler on CPU %d: epoll: %s; it "
 				 "polls instead", o->cpu, strerror(errno));
 			__atomic_store_n(&o->ep_lost, true, __ATOMIC_RELEASE);
-			if (write(o->kick, &one, sizeof(one)) < 0)
-				abort();	/* 2^64 - 1 kicks */
 		}
 	}
 	__atomic_store_n(&pool->fault_first_cpu, cpu, __ATOMIC_RELAXED);
+	kick(pool);
 }
 
-void sbi_fault_steer(struct sbi_fault_thread *t, pid_t tid)
+void sbi_fault_served(struct sbi_fault_thread *t, pid_t tid, bool rescued)
 {
 	struct sb_pool *pool = t->pool;
 	int cpu;
 
+	__atomic_store_n(&pool->fault_last_ms, sbi_mono_ms(), __ATOMIC_RELAXED);
+	if (rescued) {
+		atomic_fetch_add(&test_rescues, 1);
+		t->since_steer = STEER_EVERY;	/* steer now */
+	}
 	if (t->ep < 0 || tid <= 0 ||
 	    __atomic_load_n(&t->ep_lost, __ATOMIC_RELAXED))
 		return;
 	/* Counted over every thread's faults: threads that take turns (a
 	 * prefill on several) would otherwise cost a lookup each, and turn
 	 * the order over at every fault. */
-	if (t->stat_tid && ++t->since_steer < STEER_EVERY)
+	if (++t->since_steer < STEER_EVERY)
 		return;
 	t->since_steer = 0;
-	cpu = thread_cpu(t, tid);
+	cpu = thread_cpu(tid);
 	if (cpu < 0 ||
 	    cpu == __atomic_load_n(&pool->fault_first_cpu, __ATOMIC_RELAXED))
 		return;
@@ -249,14 +304,34 @@ void sbi_fault_steer(struct sbi_fault_thread *t, pid_t tid)
 	__atomic_store_n(&pool->fault_steering, false, __ATOMIC_RELEASE);
 }
 
-/* Test hooks (tests/test_fault.c): the CPU whose handler a fault wakes
- * first; how many handlers lost their registration and poll. */
+/* ---- test hooks (tests/test_fault.c) ---------------------------------------- */
+
+/* The next `count` moves of a registration fail with -err. */
+void sbi_test_fault_readd_fail(int err, unsigned count);
+void sbi_test_fault_readd_fail(int err, unsigned count)
+{
+	sbi_test_arm(&test_readd, err, count);
+}
+
+/* The next `count` handlers woken for a fault sleep `ms` before reading
+ * (a CPU they cannot get); count 0 disarms. Returns the faults the safety
+ * net has found so far. */
+unsigned sbi_test_fault_stall(unsigned ms, unsigned count);
+unsigned sbi_test_fault_stall(unsigned ms, unsigned count)
+{
+	atomic_store(&test_stall_ms, ms);
+	atomic_store(&test_stall_count, count);
+	return atomic_load(&test_rescues);
+}
+
+/* The CPU whose handler a fault wakes first. */
 int sbi_test_fault_first_cpu(struct sb_pool *pool);
 int sbi_test_fault_first_cpu(struct sb_pool *pool)
 {
 	return __atomic_load_n(&pool->fault_first_cpu, __ATOMIC_RELAXED);
 }
 
+/* How many handlers poll (no set, or their registration lost). */
 int sbi_test_fault_polling(struct sb_pool *pool);
 int sbi_test_fault_polling(struct sb_pool *pool)
 {

@@ -537,8 +537,10 @@ struct sb_pool {
 	int nfault;		/* fault-handler threads, one per CPU */
 	struct sbi_fault_thread *faulters;
 	int nwaiters;		/* faulters set up, fixed while they run */
+	int fault_kick;		/* eventfd: a handler's uffd is lost, -1 */
 	int fault_first_cpu;	/* whose handler a fault wakes first (atomic) */
 	bool fault_steering;	/* a handler reorders them (atomic) */
+	uint64_t fault_last_ms;	/* a fault served then (atomic) */
 
 	pthread_rwlock_t layout;
 	pthread_rwlock_t reg_lock;
@@ -1398,24 +1400,25 @@ struct sbi_fault_thread {
 	struct sb_pool *pool;
 	pthread_t thread;
 	int cpu;		/* pinned CPU, -1 = not pinned */
-	/* fault_wait.c: its epoll set (-1: it polls) and the eventfd in it
-	 * that tells it to poll (ep_lost, atomic, set by a steering handler),
-	 * and the faulting thread whose CPU it looked up last. */
-	int ep, kick;
+	/* fault_wait.c: its epoll set (-1: it polls); ep_lost (atomic, set
+	 * by a steering handler): its registration is gone, it polls; faults
+	 * served since it last looked up where their thread runs. */
+	int ep;
 	bool ep_lost;
-	int stat_fd;
-	pid_t stat_tid;
 	unsigned since_steer;
 };
 
 void *sbi_fault_thread(void *arg);
 /* fault_wait.c: the handlers' wait, one woken a fault, steered to the
- * faulting thread's CPU. wait: 1 the uffd may be read, 0 try again,
- * -ESHUTDOWN the pool goes, else -errno. */
-void sbi_fault_wait_init(struct sb_pool *pool, struct sbi_fault_thread *t);
-void sbi_fault_wait_fini(struct sbi_fault_thread *t);
+ * faulting thread's CPU, with a safety net. init and fini: every handler's
+ * (pool->faulters[0..nwaiters) set up, their threads not running). wait:
+ * 1 the uffd may be read, 2 read it anyway (the net's timeout), 0 try
+ * again, -ESHUTDOWN the pool goes, else -errno. served: after a batch of
+ * faults, the last one's thread, and whether the net found them. */
+void sbi_fault_wait_init(struct sb_pool *pool);
+void sbi_fault_wait_fini(struct sb_pool *pool);
 int sbi_fault_wait(struct sbi_fault_thread *t);
-void sbi_fault_steer(struct sbi_fault_thread *t, pid_t tid);
+void sbi_fault_served(struct sbi_fault_thread *t, pid_t tid, bool rescued);
 /* A touch of page idx of buf is answered with SIGBUS because of err: count
  * it, and say why (at warning level, at most once a second per pool, for a
  * budget or memory shortage; I/O errors are logged where they occur). */

@@ -82,6 +82,12 @@ static void fork_child(void)
 		close(p->quit_fd);
 		if (p->stat_fd >= 0)
 			close(p->stat_fd);
+		/* The fault handlers' epoll sets and kick (fault_wait.c). */
+		for (int i = 0; i < p->nwaiters; i++)
+			if (p->faulters[i].ep >= 0)
+				close(p->faulters[i].ep);
+		if (p->nwaiters && p->fault_kick >= 0)
+			close(p->fault_kick);
 		for (uint32_t s = 0; s < p->heap_hi; s++)
 			if (p->heaps[s])
 				close(p->heaps[s]->fd);
