@@ -537,7 +537,7 @@ struct sb_pool {
 	int nfault;		/* fault-handler threads, one per CPU */
 	struct sbi_fault_thread *faulters;
 	int nwaiters;		/* faulters set up, fixed while they run */
-	int fault_kick;		/* eventfd: a handler's uffd is lost, -1 */
+	int fault_kick;		/* eventfd: the handlers' order changed, -1 */
 	int fault_first_cpu;	/* whose handler a fault wakes first (atomic) */
 	bool fault_steering;	/* a handler reorders them (atomic) */
 	uint64_t fault_last_ms;	/* a fault served then (atomic) */

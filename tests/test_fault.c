@@ -260,7 +260,7 @@ static void steered(void)
 	 * limit): its handler polls, and faults on both CPUs are served
 	 * (a hang here is the test's timeout). */
 	sbi_test_fault_readd_fail(ENOMEM, 2);
-	for (int round = 0; round < 4; round++) {
+	for (int round = 0; round < 16 && !sbi_test_fault_polling(p); round++) {
 		pin(cpus[(sbi_test_fault_first_cpu(p) == cpus[0]) ? 1 : 0]);
 		for (int i = 0; i < 9; i++, used++) {
 			volatile int *w = (int *)(x + (size_t)used * PAGE);
