@@ -150,8 +150,8 @@ static int basic(void)
 	CHECK_EQ(stats(p).bytes_resident, 0);
 	/* Every huge page went back to the system. Once (a fresh CI
 	 * machine's first run, beside test_stress) the count stood below
-	 * its start here, cause unknown; a second's grace, and what it took
-	 * and where the pages were said, so a next time names it. */
+	 * its start here, cause unknown: 2 s of grace, and what it took and
+	 * where the pages were said, so that a next time names it. */
 	for (int ms = 0; (free1 = meminfo("HugePages_Free")) < free0; ms += 10) {
 		if (ms >= 2000) {
 			printf("basic: HugePages_Free %ld, %ld at the start; "
