@@ -71,7 +71,7 @@
 enum { EV_UFFD, EV_QUIT, EV_KICK };
 
 static struct sbi_test_fault test_readd;
-static _Atomic unsigned test_stall_ms, test_stall_count, test_rescues;
+static _Atomic unsigned test_stall_ms, test_stall_count;
 
 static int add_uffd(struct sb_pool *pool, int ep)
 {
@@ -280,10 +280,8 @@ void sbi_fault_served(struct sbi_fault_thread *t, pid_t tid, bool rescued)
 	int cpu;
 
 	__atomic_store_n(&pool->fault_last_ms, sbi_mono_ms(), __ATOMIC_RELAXED);
-	if (rescued) {
-		atomic_fetch_add(&test_rescues, 1);
+	if (rescued)
 		t->since_steer = STEER_EVERY;	/* steer now */
-	}
 	if (t->ep < 0 || tid <= 0 ||
 	    __atomic_load_n(&t->ep_lost, __ATOMIC_RELAXED))
 		return;
@@ -314,14 +312,12 @@ void sbi_test_fault_readd_fail(int err, unsigned count)
 }
 
 /* The next `count` handlers woken for a fault sleep `ms` before reading
- * (a CPU they cannot get); count 0 disarms. Returns the faults the safety
- * net has found so far. */
-unsigned sbi_test_fault_stall(unsigned ms, unsigned count);
-unsigned sbi_test_fault_stall(unsigned ms, unsigned count)
+ * (a CPU they cannot get); count 0 disarms. */
+void sbi_test_fault_stall(unsigned ms, unsigned count);
+void sbi_test_fault_stall(unsigned ms, unsigned count)
 {
 	atomic_store(&test_stall_ms, ms);
 	atomic_store(&test_stall_count, count);
-	return atomic_load(&test_rescues);
 }
 
 /* The CPU whose handler a fault wakes first. */

@@ -138,7 +138,7 @@ static void same_pages(void)
 int sbi_test_fault_first_cpu(struct sb_pool *pool);
 int sbi_test_fault_polling(struct sb_pool *pool);
 void sbi_test_fault_readd_fail(int err, unsigned count);
-unsigned sbi_test_fault_stall(unsigned ms, unsigned count);
+void sbi_test_fault_stall(unsigned ms, unsigned count);
 
 static void pin(int cpu)
 {
