@@ -87,6 +87,10 @@ free=$knob_hp_free
 echo "CPU: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1), $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "huge pages: $free free of $(cat "$knob") reserved"
 "$build/bench/hugewarm"
+# The reservation set compaction going (knob.sh, knob_kthread_ticks):
+# measure once it is done.
+knob_quiet 30
+[ "$knob_quiet_s" -gt 0 ] && echo "(waited ${knob_quiet_s} s for kcompactd and khugepaged to go idle)"
 mkdir -p "$out" || exit 1
 status=0 logs=""
 r=1

@@ -20,8 +20,10 @@
  *   7 core API    sparsebuf.h alone: a buffer per region, the decode thread
  *                 calls sb_buf_map for a region's next page when the
  *                 position 16 + g * (rows per page / 72) ahead of the one it
- *                 writes enters it (staggered: region g maps g tokens later
- *                 than region 0); pages 0 and 1 placed at setup; the
+ *                 writes enters it (staggered: region g maps g * rows
+ *                 per page / 72 tokens before region 0, region 71 nearly
+ *                 a page before);
+ *                 pages 0 and 1 placed at setup; the
  *                 buffers are SB_BUF_GROWS (the pool keeps each one's next
  *                 page placed ahead, so most of these calls find it there)
  *   8 core API    the same without SB_BUF_GROWS: every sb_buf_map places

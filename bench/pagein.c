@@ -8,7 +8,13 @@
  *               page size when larger, up to 4 MiB, depth 16, rw=read) on
  *               the same file and against plain mmap(MAP_SHARED, PROT_READ)
  *               with the kernel's read-ahead. Targets >= 0.8x fio, >= 1.0x
- *               mmap, CPU per GiB read <= 1.5x mmap's. With
+ *               mmap, CPU per GiB read <= 1.5x mmap's. Reported beside
+ *               them: the same reads as fio's, io_uring O_DIRECT at depth
+ *               16, into a fresh anonymous mapping of the file's size (the
+ *               device into memory the process keeps; fio reuses its 16
+ *               buffers, and on a VM whose host takes back freed memory,
+ *               fresh memory is what bounds every reader that keeps the
+ *               file: seq_direct says why). With
  *               SPARSEBUF_HUGETLB=1 and --page-size 2M the pool's heaps are
  *               huge pages (bench/pagein.sh runs that too).
  *   random      64 KiB blocks in a seeded random order (no block twice; a
@@ -70,9 +76,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <liburing.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -571,6 +579,76 @@ static void seq_mmap(struct run *r)
 	munmap(m, fsize);
 }
 
+/*
+ * The device into memory the process keeps: the file read with io_uring,
+ * O_DIRECT, fio's block size and depth 16, into a fresh anonymous mapping
+ * of its size, then the same reader over it. fio reads into its 16 buffers
+ * again and again and never lands the file in memory; every way of having
+ * the file in memory (ours, mmap's page cache, this) first touches as
+ * many fresh pages as the file has. On a VM whose host backs the guest's
+ * memory 4 KiB at a time and takes back what the guest frees (free page
+ * reporting), a fresh page costs the guest microseconds the first time
+ * (docs/PERFORMANCE.md, "Fresh memory"): this row says what that leaves of
+ * fio's rate on the machine at hand.
+ */
+static size_t seq_fio_bs(void);
+
+static void seq_direct(struct run *r)
+{
+	size_t bs = seq_fio_bs(), next = 0, done = 0;
+	struct io_uring ring;
+	double t0, c0;
+	char *m;
+	int fd;
+
+	memset(r, 0, sizeof(*r));
+	cold();
+	fd = open(path, O_RDONLY | O_DIRECT);
+	if (fd < 0 || io_uring_queue_init(16, &ring, 0) < 0) {
+		perror("pagein: direct read");
+		exit(1);
+	}
+	c0 = cpu_s();
+	t0 = bench_now_us();
+	m = mmap(NULL, fsize, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED) {
+		perror("pagein: mmap");
+		exit(1);
+	}
+	while (done < fsize) {
+		struct io_uring_cqe *cqe = NULL;
+		struct io_uring_sqe *sqe;
+		int err;
+
+		while (next < fsize && (sqe = io_uring_get_sqe(&ring))) {
+			size_t n = fsize - next < bs ? fsize - next : bs;
+
+			io_uring_prep_read(sqe, fd, m + next, (unsigned)n,
+					   (uint64_t)next);
+			next += n;
+		}
+		io_uring_submit(&ring);
+		err = io_uring_wait_cqe(&ring, &cqe);
+		if (err == 0 && cqe->res <= 0)
+			err = cqe->res ? cqe->res : -EIO; /* 0: short */
+		if (err < 0) {
+			fprintf(stderr, "pagein: direct read: %s\n",
+				strerror(-err));
+			exit(1);
+		}
+		/* Whole blocks: the file is a whole number of MiB. */
+		done += (size_t)cqe->res;
+		io_uring_cqe_seen(&ring, cqe);
+	}
+	consume(m, fsize, 0, &r->t);
+	r->bps = (double)fsize / (bench_now_us() - t0) * 1e6;
+	r->cpu = cpu_s() - c0;
+	munmap(m, fsize);
+	io_uring_queue_exit(&ring);
+	close(fd);
+}
+
 /* ---- random ------------------------------------------------------------------- */
 
 static uint64_t rng_state;
@@ -919,6 +997,7 @@ static bool sb_env_is(const char *name, const char *value)
 struct seq_res {
 	double fio[MAX_REPS], sb[MAX_REPS], mm[MAX_REPS], bud[MAX_REPS];
 	double sbcpu[MAX_REPS], mmcpu[MAX_REPS];	/* s per GiB read */
+	double direct[MAX_REPS], dcpu[MAX_REPS];	/* into fresh memory */
 	bool fio_ok;
 };
 
@@ -959,7 +1038,7 @@ static void check_tally(const char *what, const struct tally *t)
 
 static void part_seq(struct seq_res *R)
 {
-	struct run r, rb, rm;
+	struct run r, rb, rm, rd;
 	double fcpu = 0, sbcpu;
 
 	printf("\nsequential: %zu MiB, sparsebuf pages of %zu KiB%s, fio bs %zu "
@@ -989,15 +1068,22 @@ static void part_seq(struct seq_res *R)
 		R->sbcpu[i] = sbcpu / ((double)fsize / GIB);
 		R->mmcpu[i] = rm.cpu / ((double)fsize / GIB);
 		check_tally("mmap", &rm.t);
+		watchdog("sequential direct into fresh memory", 600);
+		seq_direct(&rd);
+		R->direct[i] = rd.bps;
+		R->dcpu[i] = rd.cpu / ((double)fsize / GIB);
+		check_tally("direct", &rd.t);
 		watchdog("sequential sparsebuf with a budget", 600);
 		seq_sb(seq_page, fsize / 4, &rb);
 		R->bud[i] = rb.bps;
 		check_tally("sparsebuf (budget)", &rb.t);
 		printf("  rep %d: fio %.0f MB/s (cpu %.0f%%), sparsebuf %.0f MB/s "
-		       "(cpu %.2f s), mmap %.0f MB/s (cpu %.2f s), sparsebuf "
-		       "budget 1/4 %.0f MB/s\n",
+		       "(cpu %.2f s), mmap %.0f MB/s (cpu %.2f s), direct into "
+		       "fresh memory %.0f MB/s (cpu %.2f s), sparsebuf budget "
+		       "1/4 %.0f MB/s\n",
 		       i + 1, R->fio[i] / 1e6, fcpu, r.bps / 1e6, sbcpu,
-		       rm.bps / 1e6, rm.cpu, rb.bps / 1e6);
+		       rm.bps / 1e6, rm.cpu, rd.bps / 1e6, rd.cpu,
+		       rb.bps / 1e6);
 		if (i == 0) {
 			print_counters("sparsebuf", &r);
 			print_counters("budget 1/4", &rb);
@@ -1448,6 +1534,8 @@ int main(int argc, char **argv)
 		row(t, seq_fio_name(), sq->fio_ok ? med(sq->fio, reps) : -1,
 		    sb, 0.8);
 		row(t, "mmap + read-ahead", med(sq->mm, reps), sb, 1.0);
+		row(t, "io_uring into fresh mem", med(sq->direct, reps), sb,
+		    -1);
 		cpu_row(med(sq->mmcpu, reps), med(sq->sbcpu, reps), 1.5);
 		row("seq, pool budget 1/4 of file", seq_fio_name(),
 		    sq->fio_ok ? med(sq->fio, reps) : -1, med(sq->bud, reps), -1);
@@ -1459,6 +1547,11 @@ int main(int argc, char **argv)
 		spread(sq->sbcpu, reps, 1, s2, sizeof(s2));
 		spread(sq->mmcpu, reps, 1, s3, sizeof(s3));
 		printf("    CPU s per GiB: sparsebuf [%s], mmap [%s]\n", s2, s3);
+		spread(sq->direct, reps, 1e-6, s2, sizeof(s2));
+		spread(sq->dcpu, reps, 1, s3, sizeof(s3));
+		printf("    io_uring O_DIRECT into fresh memory (%s, depth 16): "
+		       "MB/s [%s], CPU s per GiB [%s]\n", seq_fio_name(), s2,
+		       s3);
 	}
 	if (do_rand) {
 		char s1[32], s2[32], s3[32], s4[32];

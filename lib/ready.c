@@ -47,10 +47,16 @@
 
 enum work { W_NONE, W_BACK, W_ZERO, W_PUNCH };	/* BACK, ZERO: zeroed */
 
-static bool ring_pop(struct sbi_ring *q, sbi_pid *p)
+/* The oldest want, or (newest) the last one pushed. */
+static bool ring_pop(struct sbi_ring *q, sbi_pid *p, bool newest)
 {
 	if (q->head == q->tail)
 		return false;
+	if (newest) {
+		q->tail = (q->tail + q->cap - 1) % q->cap;
+		*p = q->pid[q->tail];
+		return true;
+	}
 	*p = q->pid[q->head];
 	q->head = (q->head + 1) % q->cap;
 	return true;
@@ -232,9 +238,14 @@ static bool floor_page(struct sb_pool *pool, struct sbi_heap **hp,
 /*
  * Choose the next piece of work and mark its pages BUSY; pool->lock held.
  * Latency first: pages that a growing buffer will need next; then memory
- * back to the system; then the reserve.
+ * back to the system; then the reserve. Between bursts of a growth
+ * watches' backlog (backlog), the newest wants first: the oldest are the
+ * pages the watches place next, in the same order, and a page made ready
+ * for one of those went in the next burst, never lasting long enough for
+ * an owner to take it out of turn. The newest are the pages after those
+ * just placed, needed a whole page of growth later.
  */
-static enum work pick_work(struct sb_pool *pool, bool may_back,
+static enum work pick_work(struct sb_pool *pool, bool may_back, bool backlog,
 			   struct sbi_heap **hp, uint32_t *ip, uint32_t *np)
 {
 	SBI_HELD(&pool->lock);
@@ -248,7 +259,7 @@ static enum work pick_work(struct sb_pool *pool, bool may_back,
 		sbi_pid p;
 
 		while (w == W_NONE && pool->ready < pool->ready_target &&
-		       ring_pop(&pool->wanted[prio], &p)) {
+		       ring_pop(&pool->wanted[prio], &p, backlog)) {
 			uint32_t slot = p / pool->pages_per_heap;
 
 			*hp = slot < pool->heap_hi ? pool->heaps[slot] : NULL;
@@ -594,6 +605,7 @@ void *sbi_ready_thread(void *arg)
 		struct sbi_heap *h;
 		uint32_t i, n;
 		enum work w;
+		bool grew;
 
 		if (now - last_tick >= 100) {
 			struct sbi_disk *d;
@@ -614,13 +626,24 @@ void *sbi_ready_thread(void *arg)
 		if (!pool->trimming && sbi_prefetch_serve(pool))
 			continue;
 		/* Then the growing buffers' pages ahead (grow.c), looked at
-		 * once a millisecond. */
+		 * once a millisecond. A backlog of them (every region of a
+		 * KV cache entered its page at once) is served a burst at a
+		 * time, and between bursts the reserve gets a page while it
+		 * is short: an owner that outruns its watch takes a ready
+		 * page out of turn (pool.c, steal_ready) instead of zeroing
+		 * one itself. Bursts back to back left it empty: on 2 MiB
+		 * pages, 72 watches took this thread 21 ms, and the four
+		 * owners that came meanwhile zeroed 0.29 ms each. */
+		grew = false;
 		if (!pool->trimming && now != last_grow) {
 			last_grow = now;
-			if (sbi_grow_serve(pool))
+			grew = sbi_grow_serve(pool);
+			if (grew && pool->ready >= pool->ready_target)
 				continue;
 		}
-		w = pick_work(pool, now >= no_back_until, &h, &i, &n);
+		w = pick_work(pool, now >= no_back_until, grew, &h, &i, &n);
+		if (w == W_NONE && grew)
+			continue;	/* the next burst, not a wait */
 		if (w == W_NONE) {
 			/* Last, the first access to pages placed (touch.c). */
 			if (!pool->trimming && sbi_touch_serve(pool))

@@ -23,6 +23,11 @@
 #                                 are (knob_hp_free: how many), else 1
 #                                 with the reason in knob_why. The caller
 #                                 sets its exit trap (knob_restore) first
+#   knob_quiet MAX                wait (up to MAX seconds) until the
+#                                 kernel's compaction and collapse threads
+#                                 (kcompactd*, khugepaged) took no CPU
+#                                 for a whole second; knob_quiet_s: the
+#                                 seconds waited (MAX: they never did)
 #
 # The exit trap lets go, but no trap sees a kill -9. So each FILE held has
 # a directory of notes in /run/sparsebuf-knobs (SPARSEBUF_KNOB_DIR
@@ -217,4 +222,31 @@ knob_shmem_ready() {
 		"within_size (root and transparent huge pages needed)"
 	echo "0 passed, 0 failed, 1 skipped"
 	return 1
+}
+
+# The CPU time, in ticks, of the kernel threads that compact memory and
+# collapse huge pages. Reserving huge pages sets them going, and on a
+# 2-CPU machine they take the CPU from whatever is measured next: a
+# benchmark run on huge pages just reserved timed their work as its
+# stalls (docs/PERFORMANCE.md, "make demo on the Intel KVM host").
+knob_kthread_ticks() {
+	for knob_c in /proc/[0-9]*/comm; do
+		case $(cat "$knob_c" 2>/dev/null) in
+		kcompactd* | khugepaged)
+			sed 's/.*) //' "${knob_c%/comm}/stat" 2>/dev/null ;;
+		esac
+	done | awk '{ s += $12 + $13 } END { print s + 0 }'
+}
+
+knob_quiet() {
+	knob_quiet_s=0
+	knob_q_was=$(knob_kthread_ticks)
+	while [ "$knob_quiet_s" -lt "$1" ]; do
+		sleep 1
+		knob_q_now=$(knob_kthread_ticks)
+		[ "$knob_q_now" = "$knob_q_was" ] && return 0
+		knob_q_was=$knob_q_now
+		knob_quiet_s=$((knob_quiet_s + 1))
+	done
+	return 0
 }
