@@ -26,8 +26,8 @@
 #   knob_quiet MAX                wait (up to MAX seconds) until the
 #                                 kernel's compaction and collapse threads
 #                                 (kcompactd*, khugepaged) took no CPU
-#                                 for a whole second; knob_quiet_s: the
-#                                 seconds waited (MAX: they never did)
+#                                 for a whole second: 0 then, 1 if they
+#                                 never did; knob_quiet_s: seconds waited
 #
 # The exit trap lets go, but no trap sees a kill -9. So each FILE held has
 # a directory of notes in /run/sparsebuf-knobs (SPARSEBUF_KNOB_DIR
@@ -229,13 +229,21 @@ knob_shmem_ready() {
 # 2-CPU machine they take the CPU from whatever is measured next: a
 # benchmark run on huge pages just reserved timed their work as its
 # stalls (docs/PERFORMANCE.md, "make demo on the Intel KVM host").
+# (Kernel threads are children of kthreadd, PID 2: only those are read,
+# with the shell's own read, not a process per look.)
 knob_kthread_ticks() {
-	for knob_c in /proc/[0-9]*/comm; do
-		case $(cat "$knob_c" 2>/dev/null) in
-		kcompactd* | khugepaged)
-			sed 's/.*) //' "${knob_c%/comm}/stat" 2>/dev/null ;;
+	knob_t=0
+	for knob_c in /proc/[0-9]*/stat; do
+		read -r knob_l <"$knob_c" 2>/dev/null || continue
+		case $knob_l in
+		*"(kcompactd"*") "* | *"(khugepaged) "*) ;;
+		*) continue ;;
 		esac
-	done | awk '{ s += $12 + $13 } END { print s + 0 }'
+		# shellcheck disable=SC2086 # split into fields on purpose
+		set -- ${knob_l##*) }
+		[ "$2" = 2 ] && knob_t=$((knob_t + ${12} + ${13}))
+	done
+	echo "$knob_t"
 }
 
 knob_quiet() {
@@ -248,5 +256,5 @@ knob_quiet() {
 		knob_q_was=$knob_q_now
 		knob_quiet_s=$((knob_quiet_s + 1))
 	done
-	return 0
+	return 1
 }

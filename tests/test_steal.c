@@ -154,7 +154,7 @@ static void backlog(void)
 	struct sb_pool *p = make_pool(BIG, 64 * MiB, 0);
 	struct sb_buf *b[NBIG];
 	bool checked = false;
-	int tries = 0;
+	double t0;
 
 	for (int k = 0; k < NBIG; k++) {
 		b[k] = make_buf(p, 8 * BIG, SB_BUF_GROWS);
@@ -164,7 +164,8 @@ static void backlog(void)
 	usleep(200000);	/* the reserve made up */
 	for (int k = 0; k < NBIG; k++)	/* each enters its page 1 */
 		((volatile char *)sb_buf_addr(b[k]))[BIG] = 1;
-	while (!checked && tries < 100000) {
+	t0 = now_s();
+	while (!checked) {
 		int placed = 0, last = -1;
 		struct sb_stats st;
 		uint64_t s0;
@@ -181,7 +182,11 @@ static void backlog(void)
 		if (last < 0)
 			break;	/* the watches were first */
 		if (placed < 16) {	/* two bursts */
-			tries++;
+			/* The watches place a burst a millisecond: 16
+			 * pages take seconds only if they stopped. */
+			if (now_s() - t0 > 30)
+				FAIL("backlog: the watches placed %d next pages "
+				     "of %d in 30 s", placed, NBIG);
 			usleep(50);
 			continue;
 		}
