@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What grow.c (the watches) and grow_serve.c (placing ahead) share: the
- * timing of a watch; and the burst, which the ready thread (ready.c) reads
- * as a sign that more watches wait.
+ * timing of a watch, and the burst.
  */
 #ifndef SPARSEBUF_GROW_H
 #define SPARSEBUF_GROW_H

@@ -36,7 +36,6 @@
  * instead of being signalled, see ready_wait().
  */
 #include "internal.h"
-#include "grow.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -239,13 +238,14 @@ static bool floor_page(struct sb_pool *pool, struct sbi_heap **hp,
 /*
  * Choose the next piece of work and mark its pages BUSY; pool->lock held.
  * Latency first: pages that a growing buffer will need next; then memory
- * back to the system; then the reserve. Between bursts of a growth
- * watches' backlog (backlog: the last burst was whole, more wait), the
- * newest wants first: the oldest are the pages the watches place next, in
- * the same order, and a page made ready for one of those went in the next
- * burst, never lasting long enough for an owner to take it out of turn.
- * The newest are the pages after those just placed, needed a whole page
- * of growth later.
+ * back to the system; then the reserve. Right after the growth watches
+ * placed pages (backlog), the newest wants first: the oldest are the pages
+ * the watches place next, in the same order, and a page made ready for one
+ * of those went in the next burst, never lasting long enough for an owner
+ * to take it out of turn. The newest are the pages after those just
+ * placed, needed a whole page of growth later. (Older wants wait while
+ * watches keep placing; they are the watches' next pages or stale: a want
+ * is a hint, taken by the allocation that needs it if not ready.)
  */
 static enum work pick_work(struct sb_pool *pool, bool may_back, bool backlog,
 			   struct sbi_heap **hp, uint32_t *ip, uint32_t *np)
@@ -607,7 +607,7 @@ void *sbi_ready_thread(void *arg)
 		struct sbi_heap *h;
 		uint32_t i, n;
 		enum work w;
-		int grew;	/* pages the watches placed (BURST: more wait) */
+		int grew;	/* pages the watches placed */
 
 		if (now - last_tick >= 100) {
 			struct sbi_disk *d;
@@ -643,8 +643,7 @@ void *sbi_ready_thread(void *arg)
 			if (grew && pool->ready >= pool->ready_target)
 				continue;
 		}
-		w = pick_work(pool, now >= no_back_until, grew >= BURST, &h, &i,
-			      &n);
+		w = pick_work(pool, now >= no_back_until, grew > 0, &h, &i, &n);
 		if (w == W_NONE && grew)
 			continue;	/* the next burst, not a wait */
 		if (w == W_NONE) {
