@@ -149,11 +149,13 @@ static void small_pages(void)
 #define BIG (2 * MiB)
 #define NBIG 48
 
-static void backlog(void)
+enum backlog_res { BL_STOLEN, BL_PREPARED, BL_UNCHECKED };
+
+static enum backlog_res backlog_once(void)
 {
 	struct sb_pool *p = make_pool(BIG, 64 * MiB, 0);
 	struct sb_buf *b[NBIG];
-	bool checked = false;
+	enum backlog_res res = BL_UNCHECKED;
 	double t0;
 
 	for (int k = 0; k < NBIG; k++) {
@@ -165,9 +167,10 @@ static void backlog(void)
 	for (int k = 0; k < NBIG; k++)	/* each enters its page 1 */
 		((volatile char *)sb_buf_addr(b[k]))[BIG] = 1;
 	t0 = now_s();
-	while (!checked) {
+	while (res == BL_UNCHECKED) {
 		int placed = 0, last = -1;
 		struct sb_stats st;
+		size_t ready;
 		uint64_t s0;
 		long n;
 
@@ -192,23 +195,51 @@ static void backlog(void)
 		}
 		st = stats(p);
 		s0 = steals(p);
+		ready = st.pages_ready;
 		n = sb_buf_map(b[last], 2 * BIG, BIG);
 		CHECK(n == 0 || n == 1);
 		if (n == 1) {
-			CHECK_EQ(stats(p).sync_prepares, st.sync_prepares);
-			CHECK_EQ(steals(p), s0 + 1);
 			CHECK(all_zero((char *)sb_buf_addr(b[last]) + 2 * BIG,
 				       BIG));
-			checked = true;
+			if (stats(p).sync_prepares == st.sync_prepares) {
+				CHECK_EQ(steals(p), s0 + 1);
+				res = BL_STOLEN;
+			} else {
+				printf("backlog: buffer %d of %d prepared its "
+				       "page (%d placed by the watches, %zu "
+				       "ready just before)\n",
+				       last, NBIG, placed, ready);
+				res = BL_PREPARED;
+			}
 		}
 	}
-	if (!checked)
-		printf("backlog: the watches placed every page first: not "
-		       "checked\n");
 	VERIFY(p);
 	for (int k = 0; k < NBIG; k++)
 		sb_buf_destroy(b[k]);
 	sb_pool_destroy(p);
+	return res;
+}
+
+/* The owner's map can race with its own watch, which the watches reach
+ * sooner on a slow machine (TSan on a loaded host: once in a CI run).
+ * Before the change every try prepared: it fails at the third try that
+ * prepared, passes at the first that stole, and says so if neither came
+ * in 5 (the watches placed every page before the owner could map). */
+static void backlog(void)
+{
+	int prepared = 0;
+
+	for (int t = 0; t < 5; t++) {
+		enum backlog_res r = backlog_once();
+
+		if (r == BL_STOLEN)
+			return;
+		if (r == BL_PREPARED && ++prepared == 3)
+			FAIL("backlog: an owner past its watch prepared its "
+			     "own page in 3 tries of %d", t + 1);
+	}
+	printf("backlog: not checked (%d of 5 tries prepared, the others "
+	       "found the watches done first)\n", prepared);
 }
 
 static int main_test(void)
