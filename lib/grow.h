@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What grow.c (the watches) and grow_serve.c (placing ahead) share: the
- * timing of a watch, and the burst.
+ * timing of a watch.
  */
 #ifndef SPARSEBUF_GROW_H
 #define SPARSEBUF_GROW_H

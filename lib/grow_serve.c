@@ -86,7 +86,7 @@ static struct sbi_grow serve_one(struct sb_pool *pool, struct sbi_grow g,
 	return g;
 }
 
-int sbi_grow_serve(struct sb_pool *pool)
+bool sbi_grow_serve(struct sb_pool *pool)
 {
 	int nplaced = 0;
 	uint64_t now, due = UINT64_MAX;
@@ -94,7 +94,7 @@ int sbi_grow_serve(struct sb_pool *pool)
 
 	if (!__atomic_load_n(&pool->ngrow, __ATOMIC_RELAXED)) {
 		pool->grow_due_ms = UINT64_MAX;
-		return 0;
+		return false;
 	}
 	now = sbi_mono_ms();
 	pthread_mutex_unlock(&pool->lock);
@@ -161,5 +161,5 @@ int sbi_grow_serve(struct sb_pool *pool)
 	}
 	pool->grow_due_ms = due;
 	pthread_mutex_lock(&pool->lock);
-	return nplaced;
+	return nplaced > 0;
 }

@@ -1286,9 +1286,8 @@ bool sbi_grow_urgent(const struct sb_buf *buf, size_t idx);
 /* End buf's watch; pf_lock held (sbi_prefetch_cancel). */
 void sbi_grow_cancel(struct sb_buf *buf);
 /* The ready thread, at most once a millisecond: every watch. Called with
- * pool->lock held; released meanwhile. Returns the pages it placed (up to
- * a burst, BURST in grow.h). */
-int sbi_grow_serve(struct sb_pool *pool);
+ * pool->lock held; released meanwhile. Returns true if it placed a page. */
+bool sbi_grow_serve(struct sb_pool *pool);
 
 /* ---- home.c: file buffers' pages filled and emptied in place --------------*/
 
