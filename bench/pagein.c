@@ -1095,11 +1095,11 @@ static void part_seq(struct seq_res *R)
 		check_tally("sparsebuf (budget)", &rb.t);
 		printf("  rep %d: fio %.0f MB/s (cpu %.0f%%), sparsebuf %.0f MB/s "
 		       "(cpu %.2f s), mmap %.0f MB/s (cpu %.2f s), direct into "
-		       "fresh memory %.0f MB/s (cpu %.2f s), sparsebuf budget "
-		       "1/4 %.0f MB/s\n",
+		       "fresh memory %.0f MB/s (cpu %.2f s; -1: n/a), sparsebuf "
+		       "budget 1/4 %.0f MB/s\n",
 		       i + 1, R->fio[i] / 1e6, fcpu, r.bps / 1e6, sbcpu,
-		       rm.bps / 1e6, rm.cpu, rd.bps / 1e6, rd.cpu,
-		       rb.bps / 1e6);
+		       rm.bps / 1e6, rm.cpu, rd.bps > 0 ? rd.bps / 1e6 : -1.0,
+		       rd.cpu, rb.bps / 1e6);
 		if (i == 0) {
 			print_counters("sparsebuf", &r);
 			print_counters("budget 1/4", &rb);
@@ -1544,14 +1544,24 @@ int main(int argc, char **argv)
 	if (do_seq) {
 		char t[64], s1[32], s2[32], s3[32];
 		double sb = med(sq->sb, reps);
+		/* The direct reads' reps that ran (one that could not is
+		 * n/a, not a rate of -1 in the median). */
+		double dok[MAX_REPS], dcpu[MAX_REPS];
+		int nd = 0;
+
+		for (int i = 0; i < reps; i++)
+			if (sq->direct[i] > 0) {
+				dcpu[nd] = sq->dcpu[i];
+				dok[nd++] = sq->direct[i];
+			}
 
 		snprintf(t, sizeof(t), "seq %zu MiB, %zuK pages", fsize >> 20,
 			 seq_page >> 10);
 		row(t, seq_fio_name(), sq->fio_ok ? med(sq->fio, reps) : -1,
 		    sb, 0.8);
 		row(t, "mmap + read-ahead", med(sq->mm, reps), sb, 1.0);
-		row(t, "io_uring into fresh mem", med(sq->direct, reps), sb,
-		    -1);
+		row(t, "io_uring into fresh mem",
+		    nd ? med(dok, nd) : -1, sb, -1);
 		cpu_row(med(sq->mmcpu, reps), med(sq->sbcpu, reps), 1.5);
 		row("seq, pool budget 1/4 of file", seq_fio_name(),
 		    sq->fio_ok ? med(sq->fio, reps) : -1, med(sq->bud, reps), -1);
@@ -1563,9 +1573,9 @@ int main(int argc, char **argv)
 		spread(sq->sbcpu, reps, 1, s2, sizeof(s2));
 		spread(sq->mmcpu, reps, 1, s3, sizeof(s3));
 		printf("    CPU s per GiB: sparsebuf [%s], mmap [%s]\n", s2, s3);
-		spread(sq->direct, reps, 1e-6, s2, sizeof(s2));
-		spread(sq->dcpu, reps, 1, s3, sizeof(s3));
-		if (med(sq->direct, reps) > 0)	/* else n/a, said above */
+		spread(dok, nd, 1e-6, s2, sizeof(s2));
+		spread(dcpu, nd, 1, s3, sizeof(s3));
+		if (nd)	/* else n/a, said above */
 			printf("    io_uring O_DIRECT into fresh memory (%s, "
 			       "depth 16): MB/s [%s], CPU s per GiB [%s]\n",
 			       seq_fio_name(), s2, s3);

@@ -234,7 +234,8 @@ knob_shmem_ready() {
 knob_kthread_ticks() {
 	knob_t=0
 	for knob_c in /proc/[0-9]*/stat; do
-		read -r knob_l <"$knob_c" 2>/dev/null || continue
+		# (2> first: a process gone meanwhile says nothing)
+		read -r knob_l 2>/dev/null <"$knob_c" || continue
 		case $knob_l in
 		*"(kcompactd"*") "* | *"(khugepaged) "*) ;;
 		*) continue ;;
